@@ -1,0 +1,1 @@
+"""A content-addressed store of bytes: keys, verify-on-read, eviction. Knows nothing of torch."""

@@ -1,0 +1,3 @@
+from lowerd.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""Errors that point at the user's input: every one carries the file and line to blame."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Location:
+    file: str | None = None
+    line: int | None = None
+
+    def __str__(self) -> str:
+        if self.file is None:
+            return ""
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+
+class LowerdError(Exception):
+    """A failure caused by the user's project, reported at its location instead of a traceback."""
+
+    kind = "error"
+
+    def __init__(self, message: str, file: str | Path | None = None, line: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.location = Location(str(file) if file is not None else None, line)
+
+    def __str__(self) -> str:
+        where = str(self.location)
+        return f"{where}: {self.message}" if where else self.message
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "file": self.location.file,
+            "line": self.location.line,
+        }
+
+
+class ConfigError(LowerdError):
+    """The [tool.lowerd] configuration is missing, malformed or names something unknown."""
+
+    kind = "config-error"
+
+
+class EntryError(LowerdError):
+    """A target's entry cannot be loaded or returned something lowerd cannot lower."""
+
+    kind = "entry-error"
+
+
+class ExportError(LowerdError):
+    """torch.export rejected one of the target's methods."""
+
+    kind = "export-error"
+
+
+class LoweringError(LowerdError):
+    """ExecuTorch's partitioner, a backend's preprocess or the emitter failed."""
+
+    kind = "lowering-error"
