@@ -1,0 +1,579 @@
+"""The [tool.lowerd] table of a pyproject.toml: what to build, with which backends, and where.
+
+Every mistake in it is reported as a ConfigError at the file and line of the offending key, so an
+editor can underline it. Only the standard library is imported: loading a config must stay cheap.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import tomllib
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lowerd.lowering.backends import KNOWN_BACKENDS
+from lowerd.lowering.errors import ConfigError
+
+PYPROJECT = "pyproject.toml"
+DEFAULT_BACKENDS: tuple[str, ...] = ("xnnpack",)
+DEFAULT_OUT_DIR = "build"
+
+PROJECT_KEYS = ("backends", "out_dir", "cache_dir", "cache_max_size", "timeout", "targets")
+TARGET_KEYS = ("entry", "backends")
+
+# A key's position in the TOML document; ints index array elements.
+KeyPath = tuple[str | int, ...]
+LOWERD: KeyPath = ("tool", "lowerd")
+TARGETS: KeyPath = (*LOWERD, "targets")
+
+# <name>.pte is written into out_dir, so a name must be a plain file stem.
+_TARGET_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+# The grammar lowerd.cache.location.parse_size reads: checked here so a bad size gets a line.
+_SIZE = re.compile(r"(\d+(\.\d+)?|\.\d+)\s*([KMGT](i?B)?|B)?", re.IGNORECASE)
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+# Numbers, booleans and dates: none of them contains a character that ends a value.
+_BARE_VALUE = re.compile(r"[^,\]}#\n]+")
+_TOML_POSITION = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    name: str
+    entry: str
+    backends: tuple[str, ...]
+    # The target's table header, or its entry key when the target is a dotted or inline table.
+    line: int
+
+    def entry_parts(self) -> tuple[str, str]:
+        """(file path or module name, function name) of the entry."""
+        module_or_path, _, function = self.entry.rpartition(":")
+        return module_or_path, function
+
+    @property
+    def entry_is_path(self) -> bool:
+        return _is_path(self.entry_parts()[0])
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    path: Path
+    root: Path
+    backends: tuple[str, ...]
+    out_dir: Path
+    cache_dir: Path | None
+    cache_max_size: str | None
+    timeout: float | None
+    targets: dict[str, TargetConfig]
+    # sha256 of the [tool.lowerd] table, canonically serialized: changes iff the config does.
+    digest: str
+
+    def output_path(self, target_name: str) -> Path:
+        if target_name not in self.targets:
+            raise _unknown_targets_error(self, [target_name])
+        return self.out_dir / f"{target_name}.pte"
+
+    def entry_path(self, target: TargetConfig) -> Path | None:
+        """The entry's file resolved against the config's folder; None for a module entry."""
+        if not target.entry_is_path:
+            return None
+        return self.root / Path(target.entry_parts()[0]).expanduser()
+
+
+def find_config(start: Path) -> Path:
+    """The first pyproject.toml with a [tool.lowerd] table in start's folder or above it."""
+    start = Path(os.path.abspath(start))
+    folder = start if start.is_dir() else start.parent
+    for candidate in (f / PYPROJECT for f in (folder, *folder.parents)):
+        if candidate.is_file() and _declares_lowerd(candidate):
+            return candidate
+    raise ConfigError(f"no {PYPROJECT} with [tool.lowerd] found in {start} or its parents")
+
+
+def load_config(path: Path) -> ProjectConfig:
+    path = Path(os.path.abspath(path))
+    text = _decode(_read_bytes(path), path)
+    table = _lowerd_table(_parse_toml(text, path))
+    if table is None:
+        raise ConfigError(f"no [tool.lowerd] table in {path.name}", path)
+    return _Reader(path, text).project(table)
+
+
+def select_targets(config: ProjectConfig, names: Sequence[str]) -> list[TargetConfig]:
+    """The named targets in the order given (duplicates dropped); all of them, in file order, if
+    no names are given."""
+    if not names:
+        return list(config.targets.values())
+    unknown = [n for n in names if n not in config.targets]
+    if unknown:
+        raise _unknown_targets_error(config, unknown)
+    return [config.targets[n] for n in dict.fromkeys(names)]
+
+
+def _unknown_targets_error(config: ProjectConfig, names: Sequence[str]) -> ConfigError:
+    known = list(config.targets)
+    listed = ", ".join(repr(n) for n in dict.fromkeys(names))
+    hint = _did_you_mean(names[0], known) if len(names) == 1 else ""
+    noun = "target" if len(names) == 1 else "targets"
+    return ConfigError(
+        f"unknown {noun} {listed}{hint}; known targets: {', '.join(known)}", config.path
+    )
+
+
+# Reading and parsing -------------------------------------------------------------------------
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError("file not found", path) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror or e}", path) from None
+
+
+def _decode(raw: bytes, path: Path) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise ConfigError("not valid UTF-8 text", path, line) from None
+
+
+def _parse_toml(text: str, path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        message, line = _split_toml_position(str(e), text)
+        raise ConfigError(f"invalid TOML: {message}", path, line) from None
+
+
+def _split_toml_position(message: str, text: str) -> tuple[str, int | None]:
+    """tomllib appends "(at line N, column M)" to its messages: move N to the error's location
+    and keep the column in a shorter message."""
+    match = _TOML_POSITION.search(message)
+    if match is None:
+        return message, None
+    message = message[: match.start()]
+    if match.group(1) is None:  # "at end of document": blame the last line
+        return f"{message} at end of file", max(len(text.splitlines()), 1)
+    return f"{message} (column {match.group(2)})", int(match.group(1))
+
+
+def _lowerd_table(data: dict[str, Any]) -> Any:
+    tool = data.get("tool")
+    return tool.get("lowerd") if isinstance(tool, dict) else None
+
+
+def _declares_lowerd(candidate: Path) -> bool:
+    try:
+        raw = candidate.read_bytes()
+    except OSError:
+        return False
+    # Skips unrelated projects without parsing them. A broken file that does mention lowerd is
+    # most likely the one meant: its error is raised rather than walked past to a parent project.
+    if b"lowerd" not in raw:
+        return False
+    data = _parse_toml(_decode(raw, candidate), candidate)
+    return _lowerd_table(data) is not None
+
+
+# Validation ----------------------------------------------------------------------------------
+
+
+class _Reader:
+    """Validates the [tool.lowerd] table, blaming each error on the line of the key at fault."""
+
+    def __init__(self, path: Path, text: str):
+        self.path = path
+        self.locator = KeyLocator(text)
+
+    def project(self, table: Any) -> ProjectConfig:
+        if not isinstance(table, dict):
+            raise self.error(f"tool.lowerd must be a table, got {_describe(table)}", LOWERD)
+        self.check_keys(table, PROJECT_KEYS, LOWERD, "[tool.lowerd]")
+        root = self.path.parent
+        backends = self.backends(table, LOWERD, DEFAULT_BACKENDS)
+        return ProjectConfig(
+            path=self.path,
+            root=root,
+            backends=backends,
+            out_dir=root / self.folder(table, "out_dir", DEFAULT_OUT_DIR),
+            cache_dir=root / self.folder(table, "cache_dir") if "cache_dir" in table else None,
+            cache_max_size=self.size(table.get("cache_max_size")),
+            timeout=self.timeout(table.get("timeout")),
+            targets=self.targets(table.get("targets"), backends),
+            digest=_digest(table),
+        )
+
+    def targets(self, table: Any, default_backends: tuple[str, ...]) -> dict[str, TargetConfig]:
+        if table is None:
+            raise self.error("no targets: add a [tool.lowerd.targets.<name>] table", LOWERD)
+        if not isinstance(table, dict):
+            raise self.error(f"targets must be a table, got {_describe(table)}", TARGETS)
+        if not table:
+            raise self.error("no targets: add a [tool.lowerd.targets.<name>] table", TARGETS)
+        return {name: self.target(name, value, default_backends) for name, value in table.items()}
+
+    def target(self, name: str, table: Any, default_backends: tuple[str, ...]) -> TargetConfig:
+        key = (*TARGETS, name)
+        line = self.target_line(key)
+        if not _TARGET_NAME.fullmatch(name):
+            raise ConfigError(
+                f"target name {name!r} cannot name a .pte file: use letters, digits, '_', '.', '-'",
+                self.path,
+                line,
+            )
+        if not isinstance(table, dict):
+            raise self.error(
+                f"target {name!r} must be a table with an entry, got {_describe(table)}", key
+            )
+        self.check_keys(table, TARGET_KEYS, key, f"target {name!r}")
+        if "entry" not in table:
+            example = 'entry = "models/net.py:make"'
+            raise ConfigError(f"target {name!r} has no entry; add {example}", self.path, line)
+        entry = self.entry(table["entry"], (*key, "entry"))
+        backends = self.backends(table, key, default_backends)
+        return TargetConfig(name=name, entry=entry, backends=backends, line=line)
+
+    def target_line(self, key: KeyPath) -> int:
+        # A target declared without a header of its own is best pointed at by its entry.
+        line = self.locator.header_line(key) or self.locator.line((*key, "entry"))
+        return line or self.line(key) or 1
+
+    def entry(self, entry: Any, key: KeyPath) -> str:
+        if not isinstance(entry, str):
+            raise self.error(
+                f'entry must be a string like "models/net.py:make", got {_describe(entry)}', key
+            )
+        module, colon, function = entry.rpartition(":")
+        if not colon or not function:
+            example = f"{module or entry or 'models/net.py'}:make"
+            raise self.error(f"entry {entry!r} must name a function: {example!r}", key)
+        if not module.strip():
+            raise self.error(f"entry {entry!r} needs a file or module before ':'", key)
+        if not function.isidentifier():
+            raise self.error(f"{function!r} in entry {entry!r} is not a function name", key)
+        if not _is_path(module) and not all(p.isidentifier() for p in module.split(".")):
+            raise self.error(
+                f"{module!r} in entry {entry!r} is neither a .py file nor a dotted module name",
+                key,
+            )
+        return entry
+
+    def backends(
+        self, table: dict[str, Any], key: KeyPath, default: tuple[str, ...]
+    ) -> tuple[str, ...]:
+        if "backends" not in table:
+            return default
+        names, key = table["backends"], (*key, "backends")
+        known = ", ".join(KNOWN_BACKENDS)
+        if not isinstance(names, list):
+            raise self.error(
+                f'backends must be a list of names like ["xnnpack"], got {_describe(names)}', key
+            )
+        if not names:
+            raise self.error(f"backends must not be empty; known backends: {known}", key)
+        for i, name in enumerate(names):
+            if not isinstance(name, str):
+                raise self.error(f"backend names are strings, got {_describe(name)}", (*key, i))
+            if name not in KNOWN_BACKENDS:
+                hint = _did_you_mean(name, KNOWN_BACKENDS)
+                raise self.error(
+                    f"unknown backend {name!r}{hint}; known backends: {known}", (*key, i)
+                )
+            if name in names[:i]:
+                raise self.error(f"backend {name!r} is listed twice", (*key, i))
+        return tuple(names)
+
+    def folder(self, table: dict[str, Any], name: str, default: str = "") -> Path:
+        value = table.get(name, default)
+        if not isinstance(value, str) or not value:
+            raise self.error(
+                f"{name} must be a folder path string, got {_describe(value)}", (*LOWERD, name)
+            )
+        return Path(value).expanduser()
+
+    def size(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str) or not _SIZE.fullmatch(value.strip()):
+            raise self.error(
+                f'cache_max_size must be a size like "500M" or "5G", got {_describe(value)}',
+                (*LOWERD, "cache_max_size"),
+            )
+        return value.strip()
+
+    def timeout(self, value: Any) -> float | None:
+        if value is None:
+            return None
+        # bool is an int to Python, but `timeout = true` is surely a mistake.
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value <= 0:
+            raise self.error(
+                f"timeout must be a positive number of seconds, got {_describe(value)}",
+                (*LOWERD, "timeout"),
+            )
+        return float(value)
+
+    def check_keys(
+        self, table: dict[str, Any], allowed: Sequence[str], key: KeyPath, where: str
+    ) -> None:
+        for name in table:
+            if name not in allowed:
+                hint = _did_you_mean(name, allowed)
+                raise self.error(
+                    f"unknown key {name!r} in {where}{hint}; allowed keys: {', '.join(allowed)}",
+                    (*key, name),
+                )
+
+    def error(self, message: str, key: KeyPath) -> ConfigError:
+        return ConfigError(message, self.path, self.line(key))
+
+    def line(self, key: KeyPath) -> int | None:
+        """The key's line, else that of the nearest enclosing table the locator found."""
+        while key:
+            line = self.locator.line(key)
+            if line is not None:
+                return line
+            key = key[:-1]
+        return None
+
+
+def _is_path(module_or_path: str) -> bool:
+    return module_or_path.endswith(".py") or "/" in module_or_path
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    # Compared lowercased so that "XNNPACK" still finds "xnnpack".
+    by_lower = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+
+
+_SCALAR_KINDS = {bool: "boolean", int: "integer", float: "float", str: "string"}
+
+
+def _describe(value: Any) -> str:
+    """The value as a TOML user would name it: 'the integer -1', 'an array'."""
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    kind = _SCALAR_KINDS.get(type(value))
+    if kind is None:  # dates and times
+        return f"a {type(value).__name__}"
+    return f"the {kind} {json.dumps(value)}"
+
+
+def _digest(table: dict[str, Any]) -> str:
+    # default=str covers TOML dates and times, which JSON has no type for.
+    canonical = json.dumps(table, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+# Locating keys -------------------------------------------------------------------------------
+
+
+class KeyLocator:
+    """The lines of tables and keys in TOML text, which tomllib does not report.
+
+    It reads only the structure of text tomllib has already accepted: table headers, dotted keys,
+    inline tables and arrays (whose elements are numbered), skipping over strings and comments so
+    that they cannot be mistaken for keys. Arrays of tables ([[...]]) are not numbered, so keys
+    under them resolve to their first occurrence; lowerd has none. The locator is best effort: on
+    anything it does not understand it stops, keeping the lines found so far.
+    """
+
+    def __init__(self, text: str):
+        self.headers: dict[KeyPath, int] = {}  # [table] headers
+        self.keys: dict[KeyPath, int] = {}  # keys assigned a value, and array elements
+        self.implied: dict[KeyPath, int] = {}  # tables created by a dotted key or deeper header
+        self._text = text
+        self._pos = 0
+        self._newlines = [i for i, c in enumerate(text) if c == "\n"]
+        try:
+            self._document()
+        except Exception:
+            pass  # a failure here may only cost line precision, never the error being reported
+
+    def line(self, key: KeyPath) -> int | None:
+        for found in (self.headers, self.keys, self.implied):
+            if key in found:
+                return found[key]
+        return None
+
+    def header_line(self, key: KeyPath) -> int | None:
+        return self.headers.get(key)
+
+    # The scanner: one method per TOML construct, each leaving _pos just past it.
+
+    def _document(self) -> None:
+        table: KeyPath = ()
+        while True:
+            self._skip_blank()
+            start = self._pos
+            if start >= len(self._text):
+                return
+            line = self._line_at(start)
+            if self._text.startswith("[", start):
+                table = self._header()
+                self.headers.setdefault(table, line)
+                self._imply(table, 1, line)
+            else:
+                key = self._key()
+                self._expect("=")
+                self._define(table, key, line)
+                self._value((*table, *key))
+
+    def _header(self) -> KeyPath:
+        brackets = "]]" if self._text.startswith("[[", self._pos) else "]"
+        self._pos += len(brackets)
+        key = self._key()
+        self._expect(brackets)
+        return key
+
+    def _key(self) -> KeyPath:
+        parts = [self._simple_key()]
+        self._skip_spaces()
+        while self._peek() == ".":
+            self._pos += 1
+            parts.append(self._simple_key())
+            self._skip_spaces()
+        return tuple(parts)
+
+    def _simple_key(self) -> str:
+        self._skip_spaces()
+        start = self._pos
+        if self._peek() == '"':
+            self._basic_string()
+            # tomllib decodes the escapes exactly as it did for the data being checked.
+            return tomllib.loads(f"k = {self._text[start : self._pos]}")["k"]
+        if self._peek() == "'":
+            self._literal_string()
+            return self._text[start + 1 : self._pos - 1]
+        match = _BARE_KEY.match(self._text, start)
+        if match is None:
+            raise ValueError(f"no key at offset {start}")
+        self._pos = match.end()
+        return match.group()
+
+    def _value(self, key: KeyPath) -> None:
+        self._skip_spaces()
+        text, pos = self._text, self._pos
+        if text.startswith('"""', pos):
+            self._multiline_string('"""')
+        elif text.startswith("'''", pos):
+            self._multiline_string("'''")
+        elif text.startswith('"', pos):
+            self._basic_string()
+        elif text.startswith("'", pos):
+            self._literal_string()
+        elif text.startswith("[", pos):
+            self._array(key)
+        elif text.startswith("{", pos):
+            self._inline_table(key)
+        else:
+            match = _BARE_VALUE.match(text, pos)
+            if match is None:
+                raise ValueError(f"no value at offset {pos}")
+            self._pos = match.end()
+
+    def _array(self, key: KeyPath) -> None:
+        self._pos += 1
+        for index in itertools.count():
+            self._skip_blank()
+            if self._peek() == "]":
+                self._pos += 1
+                return
+            self.keys.setdefault((*key, index), self._line_at(self._pos))
+            self._value((*key, index))
+            self._skip_blank()
+            if self._peek() == ",":
+                self._pos += 1
+
+    def _inline_table(self, key: KeyPath) -> None:
+        self._pos += 1
+        while True:
+            self._skip_blank()
+            if self._peek() == "}":
+                self._pos += 1
+                return
+            line = self._line_at(self._pos)
+            inner = self._key()
+            self._expect("=")
+            self._define(key, inner, line)
+            self._value((*key, *inner))
+            self._skip_blank()
+            if self._peek() == ",":
+                self._pos += 1
+
+    def _basic_string(self) -> None:
+        self._pos += 1
+        while (c := self._peek()) != '"':
+            if c in ("", "\n"):
+                raise ValueError("unterminated string")
+            self._pos += 2 if c == "\\" else 1
+        self._pos += 1
+
+    def _literal_string(self) -> None:
+        end = self._text.find("'", self._pos + 1)
+        if end < 0:
+            raise ValueError("unterminated string")
+        self._pos = end + 1
+
+    def _multiline_string(self, quotes: str) -> None:
+        self._pos += 3
+        while not self._text.startswith(quotes, self._pos):
+            if self._pos >= len(self._text):
+                raise ValueError("unterminated string")
+            escaped = quotes == '"""' and self._peek() == "\\"
+            self._pos += 2 if escaped else 1
+        self._pos += 3
+        # Up to two quotes right before the closing ones belong to the string: """a""""".
+        for _ in range(2):
+            if self._peek() == quotes[0]:
+                self._pos += 1
+
+    def _define(self, table: KeyPath, key: KeyPath, line: int) -> None:
+        full = (*table, *key)
+        self.keys.setdefault(full, line)
+        self._imply(full[:-1], len(table) + 1, line)
+
+    def _imply(self, key: KeyPath, shortest: int, line: int) -> None:
+        for length in range(shortest, len(key) + 1):
+            self.implied.setdefault(key[:length], line)
+
+    def _expect(self, token: str) -> None:
+        self._skip_spaces()
+        if not self._text.startswith(token, self._pos):
+            raise ValueError(f"expected {token!r} at offset {self._pos}")
+        self._pos += len(token)
+
+    def _skip_spaces(self) -> None:
+        while self._peek() in (" ", "\t"):
+            self._pos += 1
+
+    def _skip_blank(self) -> None:
+        """Spaces, newlines and comments."""
+        while (c := self._peek()) in (" ", "\t", "\r", "\n", "#"):
+            if c == "#":
+                end = self._text.find("\n", self._pos)
+                self._pos = len(self._text) if end < 0 else end
+            else:
+                self._pos += 1
+
+    def _peek(self) -> str:
+        # "" at the end of the text, which matches none of the characters scanned for
+        return self._text[self._pos : self._pos + 1]
+
+    def _line_at(self, pos: int) -> int:
+        return bisect_left(self._newlines, pos) + 1
