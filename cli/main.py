@@ -1,0 +1,125 @@
+"""The `lowerd` command: build targets, and look after the blob cache.
+
+Exit codes: 0 every target built; 1 a target failed (the others still build); 2 usage or config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from lowerd import __version__
+from lowerd.lowering.errors import ConfigError, LowerdError
+
+EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except ConfigError as error:
+        print(f"lowerd: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except LowerdError as error:
+        print(f"lowerd: {error}", file=sys.stderr)
+        return EXIT_TARGET_FAILED
+    except KeyboardInterrupt:
+        print("lowerd: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lowerd", description="Fast, explainable ExecuTorch lowering."
+    )
+    parser.add_argument("--version", action="version", version=f"lowerd {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    build = commands.add_parser("build", help="export and lower targets to .pte files")
+    build.add_argument(
+        "targets", nargs="*", metavar="TARGET", help="targets to build (default all)"
+    )
+    build.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    build.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    build.add_argument("--no-cache", action="store_true", help="preprocess every partition afresh")
+    build.add_argument("--jobs", "-j", type=_positive_int, default=1, help="targets built at once")
+    build.set_defaults(run=_run_build)
+
+    cache = commands.add_parser("cache", help="inspect or trim the delegate blob cache")
+    cache.add_argument("--config", help="pyproject.toml whose cache settings apply")
+    cache_commands = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
+    cache_commands.add_parser("stats", help="entries and size").set_defaults(run=_run_cache_stats)
+    gc = cache_commands.add_parser("gc", help="evict least-recently-used entries")
+    gc.add_argument("--max-size", help="keep at most this much, e.g. 2G (default: the cap)")
+    gc.set_defaults(run=_run_cache_gc)
+    cache_commands.add_parser("clear", help="remove every entry").set_defaults(run=_run_cache_clear)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _run_build(args: argparse.Namespace) -> int:
+    from lowerd.build_command import run_build
+
+    return run_build(
+        config_path=args.config,
+        target_names=args.targets,
+        as_json=args.json,
+        use_cache=not args.no_cache,
+        jobs=args.jobs,
+    )
+
+
+def _run_cache_stats(args: argparse.Namespace) -> int:
+    from lowerd.cache.location import format_size
+    from lowerd.cache_command import open_store
+
+    stats = open_store(args.config).stats()
+    cap = format_size(stats.max_bytes) if stats.max_bytes else "none"
+    print(f"cache:   {stats.root}")
+    print(f"entries: {stats.entries}")
+    print(f"size:    {format_size(stats.total_bytes)} (cap {cap})")
+    return EXIT_OK
+
+
+def _run_cache_gc(args: argparse.Namespace) -> int:
+    from lowerd.cache.location import format_size, parse_size
+    from lowerd.cache_command import open_store
+
+    store = open_store(args.config)
+    try:
+        limit = parse_size(args.max_size) if args.max_size else store.max_bytes
+    except ValueError as error:
+        print(f"lowerd: --max-size: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    result = store.gc(limit)
+    print(
+        f"removed {result.removed_entries} entries ({format_size(result.removed_bytes)}); "
+        f"{format_size(result.remaining_bytes)} remain"
+    )
+    return EXIT_OK
+
+
+def _run_cache_clear(args: argparse.Namespace) -> int:
+    from lowerd.cache_command import open_store
+
+    store = open_store(args.config)
+    print(f"removed {store.clear()} entries from {store.root}")
+    return EXIT_OK
+
+
+def print_json(document: dict) -> None:
+    json.dump(document, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

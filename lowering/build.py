@@ -1,0 +1,194 @@
+"""Build one target: load its entry, export its methods, lower them with ExecuTorch, write the .pte.
+
+The lowering is ExecuTorch's own `to_edge_transform_and_lower(...).to_executorch()` with default
+configs; lowerd only wraps the backends' preprocess with its cache and listens to the partitioners.
+So the bytes written are the bytes a stock run produces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from lowerd.cache.store import BlobStore
+from lowerd.lowering.backends import BACKENDS
+from lowerd.lowering.config import ProjectConfig, TargetConfig
+from lowerd.lowering.entry import LoadedEntry, MethodSpec, load_entry
+from lowerd.lowering.errors import ExportError, LowerdError, LoweringError
+from lowerd.lowering.report import MethodReport, method_report
+from lowerd.lowering.source_map import UserFiles
+
+# stage, target name, detail ("3/42" during preprocess)
+Progress = Callable[[str, str, str | None], None]
+Stage = Literal["load", "export", "lower", "emit", "write"]
+
+
+@dataclass
+class TargetResult:
+    name: str
+    status: Literal["ok", "error"]
+    seconds: float
+    output: str | None = None
+    sha256: str | None = None
+    cache_hits: int = 0
+    cache_misses: int = 0
+    methods: dict[str, MethodReport] = field(default_factory=dict)
+    error: LowerdError | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "output": self.output,
+            "sha256": self.sha256,
+            "seconds": round(self.seconds, 3),
+            "cache": {"hits": self.cache_hits, "misses": self.cache_misses},
+            "methods": {name: report.to_json() for name, report in self.methods.items()},
+            "error": self.error.to_json() if self.error else None,
+        }
+
+
+def build_target(
+    config: ProjectConfig,
+    target: TargetConfig,
+    store: BlobStore | None,
+    progress: Progress | None = None,
+) -> TargetResult:
+    """Build one target; a failure is returned as an error result, never raised."""
+    started = time.perf_counter()
+    builder = _TargetBuilder(config, target, store, progress or (lambda *_: None))
+    try:
+        return builder.run(started)
+    except LowerdError as error:
+        return TargetResult(target.name, "error", time.perf_counter() - started, error=error)
+
+
+class _TargetBuilder:
+    def __init__(
+        self,
+        config: ProjectConfig,
+        target: TargetConfig,
+        store: BlobStore | None,
+        progress: Progress,
+    ):
+        self.config = config
+        self.target = target
+        self.store = store
+        self.progress = progress
+        self.user_files = UserFiles(config.root)
+        self.entry: LoadedEntry | None = None
+
+    def run(self, started: float) -> TargetResult:
+        self._stage("load")
+        self.entry = load_entry(self.config, self.target)
+        exported = self._export(self.entry.methods)
+        edge, reports, preprocess = self._lower(exported)
+        self._stage("emit")
+        buffer = self._emit(edge)
+        self._stage("write")
+        output = self.config.output_path(self.target.name)
+        write_atomic(output, buffer)
+        return TargetResult(
+            name=self.target.name,
+            status="ok",
+            seconds=time.perf_counter() - started,
+            output=str(output),
+            sha256=hashlib.sha256(buffer).hexdigest(),
+            cache_hits=preprocess.hits,
+            cache_misses=preprocess.misses,
+            methods=reports,
+        )
+
+    def _stage(self, stage: Stage, detail: str | None = None) -> None:
+        self.progress(stage, self.target.name, detail)
+
+    def _export(self, methods: dict[str, MethodSpec]) -> dict[str, Any]:
+        import torch
+
+        exported = {}
+        for name, method in methods.items():
+            self._stage("export", name)
+            try:
+                exported[name] = torch.export.export(
+                    method.module, method.args, dynamic_shapes=method.dynamic_shapes
+                )
+            except Exception as error:
+                raise self._blame(ExportError, error, f"torch.export of {name!r} failed") from error
+        return exported
+
+    def _lower(self, exported: dict[str, Any]) -> tuple[Any, dict[str, MethodReport], Any]:
+        from executorch.exir import to_edge_transform_and_lower
+        from lowerd.lowering.preprocess_cache import PreprocessCache
+        from lowerd.lowering.reasons import PartitionReasons
+
+        self._stage("lower")
+        backends = [BACKENDS[name] for name in self.target.backends]
+        reasons = PartitionReasons()
+        partitioners = []
+        for backend in backends:
+            partitioner = backend.make_partitioner()
+            reasons.watch(partitioner, backend.display)
+            partitioners.append(partitioner)
+        preprocess = PreprocessCache(self.store, on_preprocess=self._preprocessed)
+        try:
+            with preprocess.installed():
+                edge = to_edge_transform_and_lower(exported, partitioner=partitioners)
+        except LowerdError:
+            raise
+        except Exception as error:
+            raise self._blame(LoweringError, error, "ExecuTorch lowering failed") from error
+        displays = [b.display for b in backends]
+        reports = {
+            name: method_report(
+                edge.exported_program(name).graph_module,
+                self.user_files,
+                reasons,
+                preprocess,
+                displays,
+            )
+            for name in exported
+        }
+        return edge, reports, preprocess
+
+    def _preprocessed(self, record: Any) -> None:
+        self._stage("lower", f"{record.backend} partition {record.outcome}")
+
+    def _emit(self, edge: Any) -> bytes:
+        try:
+            return bytes(edge.to_executorch().buffer)
+        except Exception as error:
+            raise self._blame(LoweringError, error, "ExecuTorch emission failed") from error
+
+    def _blame(self, kind: type[LowerdError], error: Exception, doing: str) -> LowerdError:
+        """At the user's innermost frame if the failure passed through one, else at the entry."""
+        source = self.user_files.innermost_in_exception(error)
+        file, line = (source.file, source.line) if source else (self.entry.file, self.entry.line)
+        return kind(f"{doing}: {_summary(error)}", file, line)
+
+
+def _summary(error: Exception, max_lines: int = 12) -> str:
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    text = "\n".join(lines[:max_lines])
+    if len(lines) > max_lines:
+        text += f"\n... ({len(lines) - max_lines} more lines)"
+    return f"{type(error).__name__}: {text}"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Readers see the old file or the new one, never a half-written .pte."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,194 @@
+"""Load a target's entry function and turn what it returns into the methods to export.
+
+An entry returns `(module, args)`, `(module, args, dynamic_shapes)`, or a dict of those keyed by
+method name. Every failure is blamed on a line: the config line that names the entry, the line of
+a syntax error, the user's frame that raised, or the entry function's `def`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lowerd.lowering.config import ProjectConfig, TargetConfig
+from lowerd.lowering.errors import EntryError
+from lowerd.lowering.source_map import UserFiles
+
+
+@dataclass
+class MethodSpec:
+    module: Any
+    args: tuple
+    dynamic_shapes: Any = None
+
+
+@dataclass
+class LoadedEntry:
+    function: Callable[[], Any]
+    file: str | None
+    line: int | None
+    methods: dict[str, MethodSpec]
+
+
+def load_entry(config: ProjectConfig, target: TargetConfig) -> LoadedEntry:
+    function = _find_function(config, target)
+    file, line = _definition_site(function)
+    user_files = UserFiles(config.root)
+    try:
+        returned = function()
+    except Exception as error:
+        raise _blame(error, user_files, file, line, f"entry {target.entry} raised") from error
+    methods = _methods_from(returned, target, file, line)
+    return LoadedEntry(function, file, line, methods)
+
+
+def _find_function(config: ProjectConfig, target: TargetConfig) -> Callable[[], Any]:
+    where, function_name = target.entry_parts()
+    root = str(config.root)
+    if root not in sys.path:  # entry files import their siblings as `models.blocks`
+        sys.path.insert(0, root)
+    module = _import(config, target, where)
+    function = getattr(module, function_name, None)
+    if function is None:
+        raise EntryError(
+            f"{where} has no function {function_name!r} (entry of target {target.name!r})",
+            config.path,
+            target.line,
+        )
+    if not callable(function):
+        raise EntryError(
+            f"entry {target.entry} is a {type(function).__name__}, not a function",
+            config.path,
+            target.line,
+        )
+    return function
+
+
+def _import(config: ProjectConfig, target: TargetConfig, where: str) -> Any:
+    user_files = UserFiles(config.root)
+    try:
+        if target.entry_is_path:
+            return _import_path(config, target, config.root / where)
+        return importlib.import_module(where)
+    except SyntaxError as error:
+        raise EntryError(
+            f"syntax error: {error.msg}", error.filename or where, error.lineno
+        ) from error
+    except ModuleNotFoundError as error:
+        if error.name and where.startswith(error.name):
+            raise EntryError(
+                f"cannot import {where!r}: no module named {error.name!r}", config.path, target.line
+            ) from error
+        raise _blame(
+            error, user_files, str(config.path), target.line, f"importing {where}"
+        ) from error
+    except EntryError:
+        raise
+    except Exception as error:
+        raise _blame(
+            error, user_files, str(config.path), target.line, f"importing {where}"
+        ) from error
+
+
+def _import_path(config: ProjectConfig, target: TargetConfig, path: Path) -> Any:
+    if not path.is_file():
+        raise EntryError(
+            f"entry file {path.relative_to(config.root) if path.is_relative_to(config.root) else path}"
+            f" does not exist (target {target.name!r})",
+            config.path,
+            target.line,
+        )
+    name = _module_name(config.root, path)
+    if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # so that dataclasses and pickling-free reflection find it
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def _module_name(root: Path, path: Path) -> str:
+    """models/vit.py under the root imports as `models.vit`, the same module its siblings see."""
+    try:
+        parts = path.resolve().relative_to(root.resolve()).with_suffix("").parts
+    except ValueError:
+        return f"lowerd_entry_{abs(hash(str(path)))}"
+    return ".".join(parts)
+
+
+def _definition_site(function: Callable[[], Any]) -> tuple[str | None, int | None]:
+    try:
+        file = inspect.getsourcefile(function)
+        _, line = inspect.getsourcelines(function)
+    except (TypeError, OSError):
+        return None, None
+    return (str(Path(file).resolve()) if file else None), line
+
+
+def _blame(
+    error: BaseException, user_files: UserFiles, file: str | None, line: int | None, doing: str
+) -> EntryError:
+    source = user_files.innermost_in_exception(error)
+    if source:
+        file, line = source.file, source.line
+    return EntryError(f"{doing}: {type(error).__name__}: {error}", file, line)
+
+
+def _methods_from(
+    returned: Any, target: TargetConfig, file: str | None, line: int | None
+) -> dict[str, MethodSpec]:
+    if isinstance(returned, dict):
+        if not returned:
+            raise EntryError(f"entry {target.entry} returned an empty dict of methods", file, line)
+        return {
+            _method_name(name, target, file, line): _method(value, f"method {name!r}", file, line)
+            for name, value in returned.items()
+        }
+    return {"forward": _method(returned, f"entry {target.entry}", file, line)}
+
+
+def _method_name(name: Any, target: TargetConfig, file: str | None, line: int | None) -> str:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise EntryError(
+            f"entry {target.entry} returned method name {name!r}; names must be identifiers",
+            file,
+            line,
+        )
+    return name
+
+
+def _method(value: Any, what: str, file: str | None, line: int | None) -> MethodSpec:
+    import torch
+
+    shape = "(module, example_args) or (module, example_args, dynamic_shapes)"
+    if not isinstance(value, tuple) or len(value) not in (2, 3):
+        raise EntryError(f"{what} returned {_describe(value)}; expected {shape}", file, line)
+    module, args, *rest = value
+    if not isinstance(module, torch.nn.Module):
+        raise EntryError(
+            f"{what}: the module is {_describe(module)}, not a torch.nn.Module", file, line
+        )
+    if not isinstance(args, tuple):
+        hint = " (write (x,) for a single input)" if isinstance(args, torch.Tensor) else ""
+        raise EntryError(
+            f"{what}: example_args is {_describe(args)}, expected a tuple{hint}", file, line
+        )
+    return MethodSpec(module, args, rest[0] if rest else None)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)}"
+    return f"a {type(value).__name__}"

@@ -1,0 +1,193 @@
+"""Serve backends' preprocess from the blob cache while ExecuTorch lowers.
+
+Every ExecuTorch lowering path finds a backend by class name among BackendDetails.__subclasses__()
+and calls the class attribute `preprocess` (or `preprocess_multimethod`, where a backend overrides
+it). Subclassing a backend is refused, so lowerd wraps those attributes for the duration of a build
+and puts them back afterwards. The key is computed before the original runs, because preprocess
+mutates its copy of the program.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from lowerd.cache.store import BlobStore
+from lowerd.lowering.partition_key import Unkeyable, key_details
+from lowerd.lowering.preprocess_codec import NotPlainData, decode_results, encode_results
+
+Outcome = Literal["hit", "miss", "uncached"]
+
+
+@dataclass
+class PreprocessRecord:
+    """One preprocess call: which blob it produced and whether the cache served it."""
+
+    backend: str
+    key: str | None
+    outcome: Outcome
+    seconds: float
+    blob_digests: list[str]
+    note: str | None = None
+
+
+@dataclass
+class PreprocessCache:
+    store: BlobStore | None
+    records: list[PreprocessRecord] = field(default_factory=list)
+    on_preprocess: Callable[[PreprocessRecord], None] | None = None
+    _inside_multimethod: bool = False
+
+    @property
+    def hits(self) -> int:
+        return sum(len(r.blob_digests) for r in self.records if r.outcome == "hit")
+
+    @property
+    def misses(self) -> int:
+        return sum(len(r.blob_digests) for r in self.records if r.outcome != "hit")
+
+    def outcome_of_blob(self, processed_bytes: bytes) -> PreprocessRecord | None:
+        digest = _blob_digest(processed_bytes)
+        return next((r for r in self.records if digest in r.blob_digests), None)
+
+    @contextmanager
+    def installed(self) -> Iterator[PreprocessCache]:
+        """Wrap every registered backend's preprocess entry points; restore them on exit."""
+        originals: list[tuple[type, str, Any]] = []
+        try:
+            for backend_cls in BackendDetails.__subclasses__():
+                for name in ("preprocess", "preprocess_multimethod"):
+                    raw = backend_cls.__dict__.get(name)
+                    if raw is None:  # inherited: the base implementation calls our preprocess
+                        continue
+                    originals.append((backend_cls, name, raw))
+                    setattr(backend_cls, name, self._wrap(backend_cls, name, raw))
+            yield self
+        finally:
+            for backend_cls, name, raw in reversed(originals):
+                setattr(backend_cls, name, raw)
+
+    def _wrap(self, backend_cls: type, name: str, raw: Any) -> Any:
+        function = raw.__func__
+        backend = backend_cls.__name__
+        if name == "preprocess_multimethod":
+
+            def preprocess_multimethod(cls: type, programs: dict, specs: dict) -> dict:
+                return self._multimethod(
+                    backend, lambda: function(cls, programs, specs), programs, specs
+                )
+
+            return classmethod(preprocess_multimethod)
+
+        if isinstance(raw, classmethod):
+
+            def preprocess_classmethod(cls: type, program: Any, specs: list) -> PreprocessResult:
+                return self._single(backend, lambda: function(cls, program, specs), program, specs)
+
+            return classmethod(preprocess_classmethod)
+
+        def preprocess_static(program: Any, specs: list) -> PreprocessResult:
+            return self._single(backend, lambda: function(program, specs), program, specs)
+
+        return staticmethod(preprocess_static)
+
+    def _single(
+        self, backend: str, run: Callable[[], PreprocessResult], program: Any, specs: list
+    ) -> PreprocessResult:
+        if self._inside_multimethod:  # the enclosing multimethod call is cached as a whole
+            return run()
+        [result] = self._cached(backend, lambda: [run()], [program], [specs])
+        return result
+
+    def _multimethod(
+        self, backend: str, run: Callable[[], dict], programs: dict, specs: dict
+    ) -> dict:
+        methods = list(programs)
+        flat_programs = [p for m in methods for p in programs[m]]
+        flat_specs = [s for m in methods for s in specs[m]]
+
+        def run_flat() -> list[PreprocessResult]:
+            self._inside_multimethod = True
+            try:
+                by_method = run()
+            finally:
+                self._inside_multimethod = False
+            return [r for m in methods for r in by_method[m]]
+
+        flat_results = iter(self._cached(backend, run_flat, flat_programs, flat_specs))
+        return {m: [next(flat_results) for _ in programs[m]] for m in methods}
+
+    def _cached(
+        self,
+        backend: str,
+        run: Callable[[], list[PreprocessResult]],
+        programs: list,
+        specs: list,
+    ) -> list[PreprocessResult]:
+        started = time.perf_counter()
+        try:
+            key = key_details(backend, programs, specs).digest() if self.store else None
+        except Unkeyable as why:
+            return self._record_run(backend, None, run, started, note=str(why))
+        if key is None:
+            return self._record_run(backend, None, run, started, note="cache disabled")
+
+        results = self._load(key)
+        if results is not None:
+            self._record(backend, key, "hit", started, results)
+            return results
+
+        results = run()
+        try:
+            self.store.put(key, encode_results(results))
+        except NotPlainData as why:
+            self._record(backend, key, "uncached", started, results, note=str(why))
+            return results
+        self._record(backend, key, "miss", started, results)
+        return results
+
+    def _load(self, key: str) -> list[PreprocessResult] | None:
+        payload = self.store.get(key)
+        if payload is None:
+            return None
+        try:
+            return decode_results(payload)
+        except Exception:  # digest-valid but undecodable (an older format): rebuild it
+            return None
+
+    def _record_run(
+        self, backend: str, key: str | None, run: Callable[[], list], started: float, note: str
+    ) -> list[PreprocessResult]:
+        results = run()
+        self._record(backend, key, "uncached", started, results, note=note)
+        return results
+
+    def _record(
+        self,
+        backend: str,
+        key: str | None,
+        outcome: Outcome,
+        started: float,
+        results: list[PreprocessResult],
+        note: str | None = None,
+    ) -> None:
+        record = PreprocessRecord(
+            backend=backend,
+            key=key,
+            outcome=outcome,
+            seconds=time.perf_counter() - started,
+            blob_digests=[_blob_digest(r.processed_bytes) for r in results],
+            note=note,
+        )
+        self.records.append(record)
+        if self.on_preprocess:
+            self.on_preprocess(record)
+
+
+def _blob_digest(processed_bytes: bytes) -> str:
+    return hashlib.sha256(processed_bytes).hexdigest()

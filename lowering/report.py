@@ -1,0 +1,135 @@
+"""The delegation report of one lowered method: what runs on which backend, what stays, and why.
+
+Counted two ways. `delegated_nodes`, `non_delegated_nodes` and `subgraphs` come from ExecuTorch's
+own get_delegation_info, so they agree with its tool. `ops`, `ops_delegated` and `coverage` leave
+out bookkeeping nodes (getitem, symbolic sizes, asserts) that get_delegation_info counts as
+non-delegated although no backend could ever take them.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from executorch.devtools.backend_debug import get_delegation_info
+from executorch.exir.lowered_backend_module import LoweredBackendModule
+from lowerd.lowering.backends import backend_by_details_class
+from lowerd.lowering.preprocess_cache import PreprocessCache
+from lowerd.lowering.reasons import PartitionReasons
+from lowerd.lowering.source_map import UserFiles
+
+_BOOKKEEPING_OPS = ("sym_size", "sym_numel", "sym_stride", "sym_storage_offset", "_assert")
+
+
+@dataclass
+class NotDelegatedOp:
+    op: str
+    file: str | None
+    line: int | None
+    reason: str
+    node: str
+
+
+@dataclass
+class PartitionSummary:
+    backend: str
+    ops: int
+    cache: str | None  # "hit", "miss", "uncached"; None when preprocess ran outside lowerd's hook
+
+
+@dataclass
+class MethodReport:
+    delegated_nodes: int
+    non_delegated_nodes: int
+    subgraphs: int
+    ops: int
+    ops_delegated: int
+    coverage: float
+    backends: dict[str, dict[str, int]] = field(default_factory=dict)
+    partitions: list[PartitionSummary] = field(default_factory=list)
+    not_delegated: list[NotDelegatedOp] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def op_name(node: torch.fx.Node) -> str:
+    """`aten.cumsum.default`, the name users see in ExecuTorch's docs and error messages."""
+    target = node.target
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        namespace, _, name = schema.name.partition("::")
+        overload = schema.overload_name or "default"
+        return f"{namespace}.{name}.{overload}"
+    return getattr(target, "__name__", str(target))
+
+
+def is_bookkeeping(node: torch.fx.Node) -> bool:
+    if node.op != "call_function":
+        return True
+    if node.target is operator.getitem or getattr(node.target, "__module__", "") == "_operator":
+        return True  # tuple unpacking, and Python arithmetic on symbolic sizes
+    name = op_name(node)
+    return name.startswith("executorch_call_delegate") or any(
+        part in name for part in _BOOKKEEPING_OPS
+    )
+
+
+def method_report(
+    graph_module: torch.fx.GraphModule,
+    user_files: UserFiles,
+    reasons: PartitionReasons,
+    preprocess: PreprocessCache | None,
+    backend_names: list[str],
+) -> MethodReport:
+    info = get_delegation_info(graph_module)
+    report = MethodReport(
+        delegated_nodes=info.num_delegated_nodes,
+        non_delegated_nodes=info.num_non_delegated_nodes,
+        subgraphs=info.num_delegated_subgraphs,
+        ops=0,
+        ops_delegated=0,
+        coverage=0.0,
+    )
+    for node in graph_module.graph.nodes:
+        if node.op == "get_attr" and isinstance(
+            getattr(graph_module, node.target, None), LoweredBackendModule
+        ):
+            _add_partition(report, getattr(graph_module, node.target), preprocess)
+        elif not is_bookkeeping(node):
+            report.ops += 1
+            report.not_delegated.append(_not_delegated(node, user_files, reasons, backend_names))
+    report.ops += report.ops_delegated
+    report.coverage = round(report.ops_delegated / report.ops, 4) if report.ops else 0.0
+    return report
+
+
+def _add_partition(
+    report: MethodReport, lowered: LoweredBackendModule, preprocess: PreprocessCache | None
+) -> None:
+    backend = backend_by_details_class(lowered.backend_id)
+    display = backend.display if backend else lowered.backend_id
+    ops = sum(1 for n in lowered.original_module.graph.nodes if not is_bookkeeping(n))
+    record = preprocess.outcome_of_blob(lowered.processed_bytes) if preprocess else None
+    report.partitions.append(PartitionSummary(display, ops, record.outcome if record else None))
+    totals = report.backends.setdefault(display, {"ops": 0, "partitions": 0})
+    totals["ops"] += ops
+    totals["partitions"] += 1
+    report.ops_delegated += ops
+
+
+def _not_delegated(
+    node: torch.fx.Node, user_files: UserFiles, reasons: PartitionReasons, backend_names: list[str]
+) -> NotDelegatedOp:
+    name = op_name(node)
+    source = user_files.innermost_in_stack_trace(node.meta.get("stack_trace"))
+    reason = reasons.reason_for(node.name) or f"no {' or '.join(backend_names)} support for {name}"
+    return NotDelegatedOp(
+        op=name,
+        file=user_files.display(source.file) if source else None,
+        line=source.line if source else None,
+        reason=reason,
+        node=node.name,
+    )
