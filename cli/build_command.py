@@ -67,7 +67,10 @@ def _build_in_workers(
             pool.submit(_build_in_worker, str(config.path), target.name, use_cache)
             for target in targets
         ]
-        return [_result_or_crash(future, target) for future, target in zip(futures, targets)]
+        return [
+            _result_or_crash(future, target)
+            for future, target in zip(futures, targets, strict=True)
+        ]
 
 
 def _result_or_crash(future: Future, target: TargetConfig) -> dict:

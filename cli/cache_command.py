@@ -1,4 +1,4 @@
-"""Which blob store a command uses: $LOWERD_CACHE_DIR, else the config's cache_dir, else the user's."""
+"""The blob store a command uses: $LOWERD_CACHE_DIR, else config cache_dir, else the user's."""
 
 from __future__ import annotations
 

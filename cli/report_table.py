@@ -1,4 +1,4 @@
-"""The human-readable build report: one block per target, one line per method, then what stayed off."""
+"""The readable build report: a block per target, a line per method, then what stayed off."""
 
 from __future__ import annotations
 

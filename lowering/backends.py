@@ -1,4 +1,4 @@
-"""Backends by the names users write in [tool.lowerd]: each knows its partitioner and preprocess class.
+"""Backends by the names users write in [tool.lowerd]: partitioner and preprocess class of each.
 
 Nothing here imports torch or executorch at module import, so config validation stays cheap.
 """

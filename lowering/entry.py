@@ -98,9 +98,9 @@ def _import(config: ProjectConfig, target: TargetConfig, where: str) -> Any:
 
 def _import_path(config: ProjectConfig, target: TargetConfig, path: Path) -> Any:
     if not path.is_file():
+        shown = path.relative_to(config.root) if path.is_relative_to(config.root) else path
         raise EntryError(
-            f"entry file {path.relative_to(config.root) if path.is_relative_to(config.root) else path}"
-            f" does not exist (target {target.name!r})",
+            f"entry file {shown} does not exist (target {target.name!r})",
             config.path,
             target.line,
         )

@@ -145,19 +145,17 @@ class PreprocessCache:
         results = run()
         try:
             self.store.put(key, encode_results(results))
-        except NotPlainData as why:
+        except (NotPlainData, OSError) as why:  # a cache that can't take it never fails a build
             self._record(backend, key, "uncached", started, results, note=str(why))
             return results
         self._record(backend, key, "miss", started, results)
         return results
 
     def _load(self, key: str) -> list[PreprocessResult] | None:
-        payload = self.store.get(key)
-        if payload is None:
-            return None
         try:
-            return decode_results(payload)
-        except Exception:  # digest-valid but undecodable (an older format): rebuild it
+            payload = self.store.get(key)
+            return decode_results(payload) if payload is not None else None
+        except Exception:  # unreadable store, or digest-valid but undecodable: preprocess again
             return None
 
     def _record_run(
