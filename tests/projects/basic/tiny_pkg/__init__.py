@@ -1,0 +1,1 @@
+"""A package inside the project, loaded by the module-path entry `tiny_pkg.nets:make`."""
