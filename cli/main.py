@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -18,6 +19,7 @@ EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE = 0, 1, 2
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _show_library_warnings_only()
     try:
         return args.run(args)
     except ConfigError as error:
@@ -29,6 +31,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("lowerd: interrupted", file=sys.stderr)
         return 130
+
+
+def _show_library_warnings_only() -> None:
+    """Backends log at INFO to the root logger (Vulkan even sets its level); show warnings only.
+
+    A root handler installed first also turns the libraries' own basicConfig() calls into no-ops.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -52,6 +52,8 @@ class TargetConfig:
     backends: tuple[str, ...]
     # The target's table header, or its entry key when the target is a dotted or inline table.
     line: int
+    # The `entry = ...` line: where a missing file or function is blamed.
+    entry_line: int
 
     def entry_parts(self) -> tuple[str, str]:
         """(file path or module name, function name) of the entry."""
@@ -242,7 +244,10 @@ class _Reader:
             raise ConfigError(f"target {name!r} has no entry; add {example}", self.path, line)
         entry = self.entry(table["entry"], (*key, "entry"))
         backends = self.backends(table, key, default_backends)
-        return TargetConfig(name=name, entry=entry, backends=backends, line=line)
+        entry_line = self.line((*key, "entry")) or line
+        return TargetConfig(
+            name=name, entry=entry, backends=backends, line=line, entry_line=entry_line
+        )
 
     def target_line(self, key: KeyPath) -> int:
         # A target declared without a header of its own is best pointed at by its entry.

@@ -59,13 +59,13 @@ def _find_function(config: ProjectConfig, target: TargetConfig) -> Callable[[], 
         raise EntryError(
             f"{where} has no function {function_name!r} (entry of target {target.name!r})",
             config.path,
-            target.line,
+            target.entry_line,
         )
     if not callable(function):
         raise EntryError(
             f"entry {target.entry} is a {type(function).__name__}, not a function",
             config.path,
-            target.line,
+            target.entry_line,
         )
     return function
 
@@ -83,16 +83,18 @@ def _import(config: ProjectConfig, target: TargetConfig, where: str) -> Any:
     except ModuleNotFoundError as error:
         if error.name and where.startswith(error.name):
             raise EntryError(
-                f"cannot import {where!r}: no module named {error.name!r}", config.path, target.line
+                f"cannot import {where!r}: no module named {error.name!r}",
+                config.path,
+                target.entry_line,
             ) from error
         raise _blame(
-            error, user_files, str(config.path), target.line, f"importing {where}"
+            error, user_files, str(config.path), target.entry_line, f"importing {where}"
         ) from error
     except EntryError:
         raise
     except Exception as error:
         raise _blame(
-            error, user_files, str(config.path), target.line, f"importing {where}"
+            error, user_files, str(config.path), target.entry_line, f"importing {where}"
         ) from error
 
 
@@ -102,7 +104,7 @@ def _import_path(config: ProjectConfig, target: TargetConfig, path: Path) -> Any
         raise EntryError(
             f"entry file {shown} does not exist (target {target.name!r})",
             config.path,
-            target.line,
+            target.entry_line,
         )
     name = _module_name(config.root, path)
     if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):

@@ -29,11 +29,15 @@ class PartitionReasons:
         if (backend, reason) not in said:
             said.append((backend, reason))
 
-    def reason_for(self, node_name: str) -> str | None:
-        said = self.by_node.get(node_name)
-        if not said:
-            return None
-        return "; ".join(f"{backend}: {reason}" for backend, reason in said)
+    def reason_for(self, node_name: str, op: str, backends: list[str]) -> str:
+        """Each backend's word on a node; silence means the backend has no support for the op."""
+        said = self.by_node.get(node_name, [])
+        parts = []
+        for backend in backends:
+            reasons = [reason for who, reason in said if who == backend]
+            text = "; ".join(reasons) if reasons else f"no {backend} support for {op}"
+            parts.append(text if len(backends) == 1 or not reasons else f"{backend}: {text}")
+        return "; ".join(parts)
 
     def watch(self, partitioner: Any, backend: str) -> None:
         """Make `partitioner.partition` record its reasons into this collector."""

@@ -125,7 +125,7 @@ def _not_delegated(
 ) -> NotDelegatedOp:
     name = op_name(node)
     source = user_files.innermost_in_stack_trace(node.meta.get("stack_trace"))
-    reason = reasons.reason_for(node.name) or f"no {' or '.join(backend_names)} support for {name}"
+    reason = reasons.reason_for(node.name, name, backend_names)
     return NotDelegatedOp(
         op=name,
         file=user_files.display(source.file) if source else None,

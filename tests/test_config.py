@@ -55,7 +55,9 @@ def test_minimal_config_takes_defaults(tmp_path: Path) -> None:
     assert config.cache_max_size is None
     assert config.timeout is None
     assert config.targets == {
-        "vit": TargetConfig(name="vit", entry="models/vit.py:make", backends=("xnnpack",), line=4)
+        "vit": TargetConfig(
+            name="vit", entry="models/vit.py:make", backends=("xnnpack",), line=4, entry_line=5
+        )
     }
     assert config.output_path("vit") == tmp_path / "build" / "vit.pte"
     assert len(config.digest) == 64
