@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -19,7 +20,7 @@ EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE = 0, 1, 2
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _show_library_warnings_only()
+    _quiet_library_logs()
     try:
         return args.run(args)
     except ConfigError as error:
@@ -33,13 +34,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _show_library_warnings_only() -> None:
-    """Backends log at INFO to the root logger (Vulkan even sets its level); show warnings only.
+def _quiet_library_logs() -> None:
+    """Backends chat on the root logger (Vulkan even sets it to INFO); lowerd reports failures
+    itself, so library records below $LOWERD_LOG_LEVEL (default ERROR) are not shown.
 
     A root handler installed first also turns the libraries' own basicConfig() calls into no-ops.
     """
     handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(logging.WARNING)
+    handler.setLevel(os.environ.get("LOWERD_LOG_LEVEL", "ERROR").upper())
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
 

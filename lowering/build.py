@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -66,6 +67,8 @@ def build_target(
     try:
         return builder.run(started)
     except LowerdError as error:
+        if error.location.file:  # named like the report's source lines: relative to the root
+            error.location.file = builder.user_files.display(error.location.file)
         return TargetResult(target.name, "error", time.perf_counter() - started, error=error)
 
 
@@ -172,11 +175,23 @@ class _TargetBuilder:
         return kind(f"{doing}: {_summary(error)}", file, line)
 
 
-def _summary(error: Exception, max_lines: int = 12) -> str:
+# Advice torch appends to its errors about its own debugging switches: noise next to a file:line.
+_TORCH_HINT = re.compile(
+    r"^(For more|For extended|If you suspect|For C\+\+|The error above occurred|Caused by:"
+    r"|The following call raised this error)"
+)
+
+
+def _summary(error: Exception, max_lines: int = 8) -> str:
     lines = [line for line in str(error).strip().splitlines() if line.strip()]
-    text = "\n".join(lines[:max_lines])
-    if len(lines) > max_lines:
-        text += f"\n... ({len(lines) - max_lines} more lines)"
+    kept = []
+    for line in lines:
+        if _TORCH_HINT.match(line):
+            break  # the hints come last; what follows them is the call site we already report
+        kept.append(line)
+    text = "\n".join(kept[:max_lines])
+    if len(kept) > max_lines:
+        text += f"\n... ({len(kept) - max_lines} more lines)"
     return f"{type(error).__name__}: {text}"
 
 
