@@ -1,0 +1,83 @@
+"""The reference every lowerd .pte is compared with: a plain ExecuTorch run, written out by hand.
+
+It does not reuse lowerd's loader or builder, so a bug there cannot hide in the reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from executorch.exir import to_edge_transform_and_lower
+
+PARTITIONERS = {
+    "xnnpack": lambda: _import(
+        "executorch.backends.xnnpack.partition.xnnpack_partitioner"
+    ).XnnpackPartitioner(),
+    "vulkan": lambda: _import(
+        "executorch.backends.vulkan.partitioner.vulkan_partitioner"
+    ).VulkanPartitioner(),
+    "coreml": lambda: _import("executorch.backends.apple.coreml.partition").CoreMLPartitioner(),
+}
+
+
+def _import(name: str) -> Any:
+    return importlib.import_module(name)
+
+
+def call_entry(root: Path, entry: str) -> Any:
+    """Run `models/x.py:make` or `pkg.mod:make` from a project folder, as a user script would."""
+    where, _, function = entry.rpartition(":")
+    forget_project_modules(root)
+    sys.path.insert(0, str(root))
+    try:
+        if where.endswith(".py"):
+            name = ".".join(Path(where).with_suffix("").parts)
+            spec = importlib.util.spec_from_file_location(name, root / where)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+        return getattr(module, function)()
+    finally:
+        sys.path.remove(str(root))
+        forget_project_modules(root)
+
+
+def stock_pte(root: Path, entry: str, backends: list[str]) -> bytes:
+    returned = call_entry(root, entry)
+    methods = returned if isinstance(returned, dict) else {"forward": returned}
+    programs = {
+        name: torch.export.export(
+            spec[0], spec[1], dynamic_shapes=spec[2] if len(spec) > 2 else None
+        )
+        for name, spec in methods.items()
+    }
+    partitioners = [PARTITIONERS[name]() for name in backends]
+    return to_edge_transform_and_lower(programs, partitioner=partitioners).to_executorch().buffer
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def forget_project_modules(root: Path) -> None:
+    """Projects share module names (`models`); a rebuilt or edited project must import afresh."""
+    root = root.resolve()
+    for name, module in list(sys.modules.items()):
+        if _lives_under(module, root):
+            del sys.modules[name]
+
+
+def _lives_under(module: Any, root: Path) -> bool:
+    places = [getattr(module, "__file__", None)]
+    search_path = getattr(module, "__path__", None)
+    if isinstance(search_path, list):  # torch's op namespaces fake a __path__ of another type
+        places.extend(search_path)
+    return any(isinstance(p, str) and Path(p).resolve().is_relative_to(root) for p in places)

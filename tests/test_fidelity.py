@@ -1,0 +1,168 @@
+"""Every .pte lowerd writes equals stock ExecuTorch's bytes: cold cache, warm cache, after edits."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lowerd.cache.store import BlobStore
+from lowerd.lowering.build import TargetResult, build_target
+from lowerd.lowering.config import ProjectConfig, load_config
+
+from stock import forget_project_modules, sha256, stock_pte
+
+BASIC = Path(__file__).parent / "projects" / "basic"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Path]:
+    root = tmp_path / "basic"
+    shutil.copytree(BASIC, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    saved_path = list(sys.path)
+    yield root
+    sys.path[:] = saved_path
+    forget_project_modules(root)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> BlobStore:
+    return BlobStore(tmp_path / "cache")
+
+
+def build(config: ProjectConfig, name: str, store: BlobStore | None) -> TargetResult:
+    forget_project_modules(config.root)  # an edited file must be imported afresh
+    result = build_target(config, config.targets[name], store)
+    assert result.status == "ok", result.error
+    return result
+
+
+def pte_digest(result: TargetResult) -> str:
+    return sha256(Path(result.output).read_bytes())
+
+
+def partitions(result: TargetResult) -> int:
+    return sum(len(report.partitions) for report in result.methods.values())
+
+
+@pytest.mark.parametrize("name", ["tiny_linear", "refused", "two_methods", "dynamic", "pkg"])
+def test_cold_and_warm_builds_equal_stock(project: Path, store: BlobStore, name: str) -> None:
+    config = load_config(project / "pyproject.toml")
+    target = config.targets[name]
+    expected = sha256(stock_pte(project, target.entry, list(target.backends)))
+
+    cold = build(config, name, store)
+    assert pte_digest(cold) == cold.sha256 == expected
+    assert (cold.cache_hits, cold.cache_misses) == (0, partitions(cold))
+
+    warm = build(config, name, store)
+    assert pte_digest(warm) == expected
+    assert (warm.cache_hits, warm.cache_misses) == (partitions(warm), 0)
+    assert all(p.cache == "hit" for r in warm.methods.values() for p in r.partitions)
+
+
+def test_weight_edit_reuses_untouched_partitions(project: Path, store: BlobStore) -> None:
+    config = load_config(project / "pyproject.toml")
+    build(config, "refused", store)
+    model = project / "models" / "refused.py"
+    source = model.read_text()
+    # refused = Linear -> pow -> cumsum -> Linear: re-initialise only the last Linear's weights.
+    assert "self.fc2 = nn.Linear" in source, "fixture changed: update this edit"
+    edited = source.replace(
+        "self.fc2 = nn.Linear(8, 8)",
+        "self.fc2 = nn.Linear(8, 8)\n        nn.init.constant_(self.fc2.weight, 0.5)",
+    )
+    model.write_text(edited)
+
+    result = build(config, "refused", store)
+    assert pte_digest(result) == sha256(stock_pte(project, "models/refused.py:make", ["xnnpack"]))
+    assert (result.cache_hits, result.cache_misses) == (1, 1)
+
+
+def test_structural_edit_equals_stock(project: Path, store: BlobStore) -> None:
+    config = load_config(project / "pyproject.toml")
+    build(config, "tiny_linear", store)
+    model = project / "models" / "tiny_linear.py"
+    model.write_text(
+        model.read_text().replace("nn.ReLU()", "nn.ReLU(), nn.Linear(8, 4), nn.Hardtanh()")
+    )
+
+    result = build(config, "tiny_linear", store)
+    expected = sha256(stock_pte(project, "models/tiny_linear.py:make", ["xnnpack"]))
+    assert pte_digest(result) == expected
+    assert result.cache_misses == 1
+
+
+def test_corrupt_cache_entry_is_a_miss_and_the_build_still_matches(
+    project: Path, store: BlobStore
+) -> None:
+    config = load_config(project / "pyproject.toml")
+    first = build(config, "tiny_linear", store)
+    [entry] = [p for p in (store.root / "blobs").rglob("*") if p.is_file()]
+    data = bytearray(entry.read_bytes())
+    data[-1] ^= 0xFF
+    entry.write_bytes(bytes(data))
+
+    again = build(config, "tiny_linear", store)
+    assert pte_digest(again) == first.sha256
+    assert (again.cache_hits, again.cache_misses) == (0, 1)
+    assert store.corrupt_removed == 1
+    assert build(config, "tiny_linear", store).cache_hits == 1  # rewritten, readable again
+
+
+def test_no_cache_builds_the_same_bytes(project: Path) -> None:
+    config = load_config(project / "pyproject.toml")
+    result = build(config, "two_methods", None)
+    assert pte_digest(result) == sha256(
+        stock_pte(project, "models/two_methods.py:make", ["xnnpack"])
+    )
+    assert all(
+        p.cache is None or p.cache == "uncached"
+        for r in result.methods.values()
+        for p in r.partitions
+    )
+
+
+def _with_backends(project: Path, name: str, backends: list[str]) -> ProjectConfig:
+    pyproject = project / "pyproject.toml"
+    text = pyproject.read_text().replace(
+        f"[tool.lowerd.targets.{name}]\n",
+        f"[tool.lowerd.targets.{name}]\nbackends = {backends!r}\n".replace("'", '"'),
+    )
+    pyproject.write_text(text)
+    return load_config(pyproject)
+
+
+def test_vulkan_cold_and_warm_equal_stock(project: Path, store: BlobStore) -> None:
+    config = _with_backends(project, "refused", ["vulkan"])
+    expected = sha256(stock_pte(project, "models/refused.py:make", ["vulkan"]))
+    cold = build(config, "refused", store)
+    warm = build(config, "refused", store)
+    assert pte_digest(cold) == pte_digest(warm) == expected
+    assert warm.cache_misses == 0 and warm.cache_hits == partitions(warm) > 0
+    assert set(warm.methods["forward"].backends) == {"Vulkan"}
+
+
+def test_coreml_warm_build_equals_cold(project: Path, store: BlobStore) -> None:
+    # CoreML writes a fresh uuid into every blob, so stock CoreML output is never reproducible;
+    # what lowerd can promise is that a cache hit returns the cold build's bytes.
+    config = _with_backends(project, "tiny_linear", ["coreml"])
+    cold = build(config, "tiny_linear", store)
+    warm = build(config, "tiny_linear", store)
+    assert pte_digest(cold) == pte_digest(warm)
+    assert (warm.cache_hits, warm.cache_misses) == (1, 0)
+    assert set(warm.methods["forward"].backends) == {"CoreML"}
+
+
+def test_two_backends_in_priority_order(project: Path, store: BlobStore) -> None:
+    config = _with_backends(project, "refused", ["xnnpack", "vulkan"])
+    expected = sha256(stock_pte(project, "models/refused.py:make", ["xnnpack", "vulkan"]))
+    result = build(config, "refused", store)
+    assert pte_digest(result) == expected
+    report = result.methods["forward"]
+    assert "XNNPACK" in report.backends
+    cumsum = next(op for op in report.not_delegated if op.op == "aten.cumsum.default")
+    assert cumsum.reason.startswith("no XNNPACK support for aten.cumsum.default; Vulkan: ")

@@ -1,0 +1,110 @@
+"""The partition key covers what preprocess reads, and nothing that changes from run to run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from executorch.exir import to_edge
+from executorch.exir._serialize._named_data_store import NamedDataStoreOutput
+from executorch.exir._serialize.data_serializer import DataEntry
+from executorch.exir.backend.backend_details import PreprocessResult
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+from executorch.exir.scalar_type import ScalarType
+from executorch.exir.tensor_layout import TensorLayout
+
+from lowerd.lowering.partition_key import Unkeyable, key_details
+from lowerd.lowering.preprocess_codec import NotPlainData, decode_results, encode_results
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self, scale: float = 0.1):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # leaky_relu keeps its slope a Python float in the graph (a product would lift it into
+        # a float32 constant tensor).
+        return torch.nn.functional.leaky_relu(self.fc(x), self.scale)
+
+
+def edge_program(scale: float = 0.1, seed: int = 0) -> torch.export.ExportedProgram:
+    torch.manual_seed(seed)
+    exported = torch.export.export(Scaled(scale).eval(), (torch.randn(2, 4),))
+    return to_edge(exported).exported_program()
+
+
+def details(program: torch.export.ExportedProgram, specs: list | None = None):
+    return key_details("XnnpackBackend", [program], [specs or []])
+
+
+def first_op(program: torch.export.ExportedProgram) -> torch.fx.Node:
+    return next(n for n in program.graph.nodes if n.op == "call_function")
+
+
+def test_the_same_model_exported_twice_has_one_key() -> None:
+    # from_node holds id(graph) and differs between the two exports; the key must not see it.
+    assert details(edge_program()).digest() == details(edge_program()).digest()
+
+
+def test_provenance_metadata_is_not_keyed() -> None:
+    program = edge_program()
+    before = details(program)
+    node = first_op(program)
+    node.meta["stack_trace"] = 'File "/elsewhere.py", line 99, in forward'
+    node.meta["nn_module_stack"] = {"renamed": ("renamed", "Other")}
+    node.meta["seq_nr"] = 12345
+    assert details(program) == before
+
+
+def test_debug_handles_are_keyed() -> None:
+    program = edge_program()
+    before = details(program)
+    first_op(program).meta["debug_handle"] = 999
+    assert before.diff(details(program)) == ["graph"]
+
+
+def test_floats_are_keyed_exactly() -> None:
+    near = details(edge_program(scale=0.1 + 1e-12))
+    assert details(edge_program(scale=0.1)).diff(near) == ["graph"]
+
+
+def test_weights_are_keyed_by_content() -> None:
+    assert details(edge_program(seed=0)).diff(details(edge_program(seed=1))) == ["tensors"]
+
+
+def test_compile_specs_are_keyed() -> None:
+    program = edge_program()
+    plain = details(program, [CompileSpec("mode", b"fast")])
+    other = details(program, [CompileSpec("mode", b"small")])
+    assert plain.diff(other) == ["compile_specs"]
+
+
+def test_a_value_that_prints_its_address_is_not_keyed() -> None:
+    program = edge_program()
+    first_op(program).meta["custom"] = object()
+    with pytest.raises(Unkeyable):
+        details(program)
+
+
+def test_preprocess_results_survive_msgpack_exactly() -> None:
+    layout = TensorLayout(scalar_type=ScalarType.FLOAT, sizes=[2, 3], dim_order=[0, 1])
+    result = PreprocessResult(
+        processed_bytes=b"XH00\x00\x01blob",
+        debug_handle_map={0: (1, 2), 3: (4,)},
+        data_store_output=NamedDataStoreOutput(
+            buffers=[b"\x00" * 24, b"weights"],
+            pte_data={"w": DataEntry(buffer_index=1, alignment=16, tensor_layout=None)},
+            external_data={"x.ptd": {"t": DataEntry(0, 64, layout)}},
+        ),
+    )
+    named = PreprocessResult(processed_bytes=b"", debug_handle_map={"node": [7]})
+
+    assert decode_results(encode_results([result, named])) == [result, named]
+
+
+def test_results_that_are_not_plain_data_are_refused() -> None:
+    with pytest.raises(NotPlainData):
+        encode_results([PreprocessResult(processed_bytes=b"x", _delegate_info_meta=object())])
+    with pytest.raises(NotPlainData):
+        encode_results([PreprocessResult(processed_bytes=b"x", debug_handle_map={0: "1"})])

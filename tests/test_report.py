@@ -1,0 +1,75 @@
+"""The delegation report agrees with ExecuTorch's own tool and blames the user's lines."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.devtools.backend_debug import get_delegation_info
+from executorch.exir import to_edge_transform_and_lower
+
+from lowerd.lowering.build import build_target
+from lowerd.lowering.config import load_config
+
+from stock import call_entry, forget_project_modules
+
+BASIC = Path(__file__).parent / "projects" / "basic"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Path]:
+    root = tmp_path / "basic"
+    shutil.copytree(BASIC, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    saved_path = list(sys.path)
+    yield root
+    sys.path[:] = saved_path
+    forget_project_modules(root)
+
+
+def marked_line(file: Path, mark: str) -> int:
+    for number, line in enumerate(file.read_text().splitlines(), start=1):
+        if re.search(rf"LINE-MARK: {re.escape(mark)}\s*$", line):
+            return number
+    raise AssertionError(f"no LINE-MARK {mark} in {file}")
+
+
+def test_refused_ops_are_reported_with_reasons_at_user_lines(project: Path) -> None:
+    config = load_config(project / "pyproject.toml")
+    result = build_target(config, config.targets["refused"], None)
+    report = result.methods["forward"]
+    source = project / "models" / "refused.py"
+
+    by_op = {op.op: op for op in report.not_delegated}
+    assert set(by_op) == {"aten.pow.Tensor_Scalar", "aten.cumsum.default"}
+    pow_op, cumsum = by_op["aten.pow.Tensor_Scalar"], by_op["aten.cumsum.default"]
+    assert (pow_op.file, pow_op.line) == ("models/refused.py", marked_line(source, "refused.pow"))
+    assert pow_op.reason == "only support power == 2, got 3"
+    assert cumsum.line == marked_line(source, "refused.cumsum")
+    assert cumsum.reason == "no XNNPACK support for aten.cumsum.default"
+
+
+def test_counts_agree_with_get_delegation_info(project: Path) -> None:
+    config = load_config(project / "pyproject.toml")
+    result = build_target(config, config.targets["refused"], None)
+    report = result.methods["forward"]
+
+    model, args = call_entry(project, "models/refused.py:make")
+    edge = to_edge_transform_and_lower(
+        {"forward": torch.export.export(model, args)}, partitioner=[XnnpackPartitioner()]
+    )
+    info = get_delegation_info(edge.exported_program().graph_module)
+    assert report.delegated_nodes == info.num_delegated_nodes
+    assert report.non_delegated_nodes == info.num_non_delegated_nodes
+    assert report.subgraphs == info.num_delegated_subgraphs == 2
+
+    # lowerd's own count leaves out getitem/bookkeeping nodes that no backend could take.
+    assert report.ops == report.ops_delegated + len(report.not_delegated)
+    assert report.non_delegated_nodes > len(report.not_delegated)
+    assert report.coverage == round(report.ops_delegated / report.ops, 4)
+    assert report.backends == {"XNNPACK": {"ops": report.ops_delegated, "partitions": 2}}
