@@ -127,6 +127,7 @@ class _TargetBuilder:
 
     def _lower(self, exported: dict[str, Any]) -> tuple[Any, dict[str, MethodReport], Any]:
         from executorch.exir import to_edge_transform_and_lower
+
         from lowerd.lowering.preprocess_cache import PreprocessCache
         from lowerd.lowering.reasons import PartitionReasons
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+
 from lowerd.cache.store import BlobStore
 from lowerd.lowering.partition_key import Unkeyable, key_details
 from lowerd.lowering.preprocess_codec import NotPlainData, decode_results, encode_results

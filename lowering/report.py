@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from executorch.devtools.backend_debug import get_delegation_info
 from executorch.exir.lowered_backend_module import LoweredBackendModule
+
 from lowerd.lowering.backends import backend_by_details_class
 from lowerd.lowering.preprocess_cache import PreprocessCache
 from lowerd.lowering.reasons import PartitionReasons
