@@ -1,0 +1,556 @@
+"""The `lowerd` command end to end: real subprocesses on copies of the fixture projects.
+
+Every build imports torch and ExecuTorch (several seconds), so the expensive runs are few and
+module-scoped, and the tests share them:
+
+- broken/: one `build --json` and one table `build`;
+- basic/: a cold `build --json`, a warm one, a `--jobs 2` one, one after corrupting a cache entry
+  (each run after the one before, on one cache), and `build tiny_linear` on a fresh copy;
+- examples/: one `build --json`.
+
+Config errors and the cache commands never import torch, so they get a subprocess each.
+Lines the tests expect are found by their `# LINE-MARK: <name>` comments (tests/projects/README.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lowerd.cache.store import MAGIC
+
+TESTS = Path(__file__).resolve().parent
+PROJECTS = TESTS / "projects"
+EXAMPLES = TESTS.parent / "examples"
+
+TRACEBACK = "Traceback (most recent call last)"
+# Only a guard against a hung build; nothing here measures time.
+TIMEOUT_SECONDS = 900
+
+_LINE_MARK = re.compile(r"LINE-MARK: (\S+)\s*$")
+
+
+# Helpers -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> dict[str, Any]:
+        """The whole of stdout as one JSON document: library chatter must not leak into it."""
+        try:
+            return json.loads(self.stdout)
+        except json.JSONDecodeError as error:
+            pytest.fail(f"stdout is not one JSON document ({error})\n{self.log}")
+
+    @property
+    def log(self) -> str:
+        """The run for an assertion message: pytest shows a str in full, an object's repr cut."""
+        return (
+            f"lowerd {' '.join(self.args)} -> exit {self.returncode}\n"
+            f"--- stdout\n{self.stdout[-4000:]}\n--- stderr\n{self.stderr[-4000:]}"
+        )
+
+
+def _env(cache: Path) -> dict[str, str]:
+    env = dict(os.environ, LOWERD_CACHE_DIR=str(cache))
+    env.pop("LOWERD_LOG_LEVEL", None)
+    return env
+
+
+def lowerd(cwd: Path, cache: Path, *args: str) -> Run:
+    """`python -m lowerd ARGS` in cwd, with its blob cache in `cache`."""
+    return _run([sys.executable, "-m", "lowerd", *args], cwd, cache, list(args))
+
+
+# Runs the command's main() in-process, then fails (exit 99) if it imported torch or executorch.
+_WITHOUT_TORCH = """\
+import sys
+import lowerd.main
+code = lowerd.main.main(sys.argv[1:])
+heavy = sorted(m for m in ("torch", "executorch") if m in sys.modules)
+if heavy:
+    print(f"IMPORTED {heavy}", file=sys.stderr)
+    sys.exit(99)
+sys.exit(code)
+"""
+
+
+def lowerd_without_torch(cwd: Path, cache: Path, *args: str) -> Run:
+    return _run([sys.executable, "-c", _WITHOUT_TORCH, *args], cwd, cache, list(args))
+
+
+def _run(command: list[str], cwd: Path, cache: Path, args: list[str]) -> Run:
+    done = subprocess.run(
+        command,
+        cwd=cwd,
+        env=_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+        check=False,
+    )
+    return Run(args, done.returncode, done.stdout, done.stderr)
+
+
+def copy_project(source: Path, destination: Path) -> Path:
+    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    return destination
+
+
+def line_marks(root: Path) -> dict[str, tuple[str, int]]:
+    """LINE-MARK name -> (file relative to root, 1-based line) over the project's files."""
+    marks: dict[str, tuple[str, int]] = {}
+    for path in sorted(root.rglob("*")):
+        if path.suffix not in (".py", ".toml") or not path.is_file():
+            continue
+        for number, text in enumerate(path.read_text().splitlines(), start=1):
+            match = _LINE_MARK.search(text)
+            if match:
+                assert match[1] not in marks, f"LINE-MARK {match[1]} is used twice"
+                marks[match[1]] = (path.relative_to(root).as_posix(), number)
+    return marks
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def by_name(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {target["name"]: target for target in document["targets"]}
+
+
+def shas(document: dict[str, Any]) -> dict[str, str]:
+    return {target["name"]: target["sha256"] for target in document["targets"]}
+
+
+def without_timing(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: without_timing(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [without_timing(v) for v in value]
+    return value
+
+
+def blob_files(cache: Path) -> list[Path]:
+    return sorted(p for p in (cache / "blobs").rglob("*") if p.is_file())
+
+
+def assert_built(run: Run, project: Path, names: list[str]) -> dict[str, Any]:
+    """Exit 0, exactly `names` in order, each ok with its .pte on disk matching its sha256."""
+    assert run.returncode == 0, run.log
+    assert TRACEBACK not in run.stderr, run.log
+    document = run.json()
+    assert [t["name"] for t in document["targets"]] == names
+    for target in document["targets"]:
+        assert target["status"] == "ok", target
+        assert target["error"] is None
+        output = Path(target["output"])
+        assert output == project / "build" / f"{target['name']}.pte"
+        assert output.is_file()
+        assert target["sha256"] == sha256_of(output)
+    return document
+
+
+BASIC_TARGETS = ["tiny_linear", "refused", "two_methods", "dynamic", "pkg"]
+EXAMPLE_TARGETS = ["cnn", "transformer", "encoder_decoder", "dynamic_mlp"]
+
+
+# broken/: every target fails, each at its line --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_project(PROJECTS / "broken", tmp_path_factory.mktemp("broken") / "project")
+
+
+@pytest.fixture(scope="module")
+def broken_marks(broken: Path) -> dict[str, tuple[str, int]]:
+    return line_marks(broken)
+
+
+@pytest.fixture(scope="module")
+def broken_json(broken: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return lowerd(broken, tmp_path_factory.mktemp("broken-cache"), "build", "--json")
+
+
+@pytest.fixture(scope="module")
+def broken_table(broken: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return lowerd(broken, tmp_path_factory.mktemp("broken-table-cache"), "build")
+
+
+# target -> (error kind, LINE-MARK of the blamed line, words the message must contain)
+BROKEN = {
+    "syntax": ("entry-error", "syntax", "syntax error"),
+    "export_fail": ("export-error", "export_fail", "data-dependent"),
+    "not_callable": ("entry-error", "not_callable", "not a function"),
+    "bad_return": ("entry-error", "bad_return", "(module, example_args)"),
+    "missing_file": ("entry-error", "missing_file", "models/does_not_exist.py does not exist"),
+    "raises": ("entry-error", "raises", "width must be positive"),
+}
+
+
+def test_broken_build_exits_1_with_every_target_failed(broken: Path, broken_json: Run) -> None:
+    assert broken_json.returncode == 1, broken_json.log
+    document = broken_json.json()
+    assert document["config"] == str(broken / "pyproject.toml")
+    assert [t["name"] for t in document["targets"]] == list(BROKEN)
+    for target in document["targets"]:
+        assert target["status"] == "error"
+        assert target["output"] is None and target["sha256"] is None
+    assert not (broken / "build").exists() or not list((broken / "build").iterdir())
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_broken_target_error_points_at_its_line(
+    name: str, broken: Path, broken_json: Run, broken_marks: dict[str, tuple[str, int]]
+) -> None:
+    kind, mark, words = BROKEN[name]
+    error = by_name(broken_json.json())[name]["error"]
+    file, line = broken_marks[mark]
+    assert (error["kind"], error["file"], error["line"]) == (kind, file, line), error
+    assert (broken / error["file"]).is_file() or name == "missing_file"
+    assert words in error["message"]
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_broken_target_message_is_readable(name: str, broken_json: Run) -> None:
+    message = by_name(broken_json.json())[name]["error"]["message"]
+    assert TRACEBACK not in message
+    assert 'File "' not in message  # no stack frames
+    assert "For more information" not in message  # torch's debugging advice is trimmed
+    assert len(message.splitlines()) <= 10, message
+
+
+def test_broken_export_message_names_the_guard(broken_json: Run) -> None:
+    message = by_name(broken_json.json())["export_fail"]["error"]["message"]
+    assert message.startswith("torch.export of 'forward' failed: GuardOnDataDependentSymNode")
+    assert "Could not guard on data-dependent expression" in message
+
+
+def test_broken_build_prints_no_traceback(broken_json: Run, broken_table: Run) -> None:
+    for run in (broken_json, broken_table):
+        assert TRACEBACK not in run.stdout, run.log
+        assert TRACEBACK not in run.stderr, run.log
+
+
+def test_broken_table_shows_file_line_message(broken_json: Run, broken_table: Run) -> None:
+    assert broken_table.returncode == 1, broken_table.log
+    lines = broken_table.stdout.splitlines()
+    for name, target in by_name(broken_json.json()).items():
+        error = target["error"]
+        assert f"{name}: FAILED" in lines, broken_table.log
+        first_line = error["message"].splitlines()[0]
+        assert f"  {error['file']}:{error['line']}: {first_line}" in lines, broken_table.log
+    assert re.search(r"^0 targets built, 6 failed in [\d.]+ s$", broken_table.stdout, re.M)
+
+
+# Config errors: exit 2, the pyproject line on stderr, and no torch import ------------------
+
+CONFIG_ERRORS = {
+    "malformed-toml": (
+        """\
+        [tool.lowerd]
+        out_dir = build  # LINE-MARK: bad
+        [tool.lowerd.targets.a]
+        entry = "m.py:make"
+        """,
+        ["invalid TOML"],
+    ),
+    "unknown-key": (
+        """\
+        [tool.lowerd]
+        backends = ["xnnpack"]
+        bogus = 1  # LINE-MARK: bad
+        [tool.lowerd.targets.a]
+        entry = "m.py:make"
+        """,
+        ["unknown key 'bogus'", "allowed keys: backends"],
+    ),
+    "unknown-backend": (
+        """\
+        [tool.lowerd]
+        [tool.lowerd.targets.a]
+        entry = "m.py:make"
+        backends = ["xnnpak"]  # LINE-MARK: bad
+        """,
+        ["unknown backend 'xnnpak'", "; known backends: "],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CONFIG_ERRORS))
+def test_config_error_exits_2_at_the_pyproject_line(case: str, tmp_path: Path) -> None:
+    text, words = CONFIG_ERRORS[case]
+    project = tmp_path / "project"
+    project.mkdir()
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(textwrap.dedent(text))
+    [(_, line)] = line_marks(project).values()
+
+    for run in (
+        lowerd(project, tmp_path / "cache", "build", "--json"),
+        lowerd_without_torch(project, tmp_path / "cache", "build", "--json"),
+    ):
+        assert run.returncode == 2, run.log
+        assert run.stdout == ""
+        assert TRACEBACK not in run.stderr
+        [message] = run.stderr.splitlines()
+        assert message.startswith(f"lowerd: {pyproject}:{line}: "), run.log
+        for word in words:
+            assert word in message
+        if case == "unknown-backend":
+            known = message.rpartition("known backends: ")[2].split(", ")
+            assert {"xnnpack", "vulkan", "coreml"} <= set(known), message
+    assert not (project / "build").exists()
+
+
+def test_unknown_target_on_the_command_line_exits_2(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text('[tool.lowerd.targets.alpha]\nentry = "m.py:make"\n')
+
+    for run in (
+        lowerd(project, tmp_path / "cache", "build", "alpah"),
+        lowerd_without_torch(project, tmp_path / "cache", "build", "alpah"),
+    ):
+        assert run.returncode == 2, run.log
+        assert run.stdout == ""
+        assert TRACEBACK not in run.stderr
+        [message] = run.stderr.splitlines()
+        assert message.startswith(f"lowerd: {pyproject}: unknown target 'alpah'"), run.log
+        assert "known targets: alpha" in message
+
+
+def test_no_pyproject_exits_2(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    declared = [
+        p
+        for p in (f / "pyproject.toml" for f in empty.parents)
+        if p.is_file() and "[tool.lowerd" in p.read_text()
+    ]
+    assert not declared, f"a [tool.lowerd] pyproject.toml above the test folder: {declared}"
+
+    for run in (
+        lowerd(empty, tmp_path / "cache", "build"),
+        lowerd_without_torch(empty, tmp_path / "cache", "build"),
+    ):
+        assert run.returncode == 2, run.log
+        assert run.stdout == ""
+        assert TRACEBACK not in run.stderr
+        assert "no pyproject.toml with [tool.lowerd] found" in run.stderr, run.log
+
+
+# basic/: every target lowers; the cache serves a warm build --------------------------------
+
+
+@pytest.fixture(scope="module")
+def basic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return copy_project(PROJECTS / "basic", tmp_path_factory.mktemp("basic") / "project")
+
+
+@pytest.fixture(scope="module")
+def basic_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("basic-cache")
+
+
+# The runs below share basic_cache; each depends on the one before so they run in this order.
+
+
+@pytest.fixture(scope="module")
+def cold(basic: Path, basic_cache: Path) -> Run:
+    return lowerd(basic, basic_cache, "build", "--json")
+
+
+@pytest.fixture(scope="module")
+def warm(cold: Run, basic: Path, basic_cache: Path) -> Run:
+    return lowerd(basic, basic_cache, "build", "--json")
+
+
+@pytest.fixture(scope="module")
+def parallel(warm: Run, basic: Path, basic_cache: Path) -> Run:
+    return lowerd(basic, basic_cache, "build", "--json", "--jobs", "2")
+
+
+@dataclass
+class CorruptRun:
+    run: Run
+    entry: Path
+    entry_after_run: bytes  # read at once: test_cache_stats_gc_and_clear empties the cache
+
+
+@pytest.fixture(scope="module")
+def after_corruption(parallel: Run, basic: Path, basic_cache: Path) -> CorruptRun:
+    entry = blob_files(basic_cache)[0]
+    data = bytearray(entry.read_bytes())
+    data[-1] ^= 0xFF  # the payload's last byte: the header's digest no longer matches
+    entry.write_bytes(bytes(data))
+    run = lowerd(basic, basic_cache, "build", "--json")
+    return CorruptRun(run, entry, entry.read_bytes() if entry.is_file() else b"")
+
+
+def test_basic_build_writes_every_target(cold: Run, basic: Path) -> None:
+    document = assert_built(cold, basic, BASIC_TARGETS)
+    assert document["config"] == str(basic / "pyproject.toml")
+    assert sorted(p.name for p in (basic / "build").iterdir()) == sorted(
+        f"{name}.pte" for name in BASIC_TARGETS
+    )
+    for target in document["targets"]:
+        assert target["cache"]["misses"] > 0, target
+        assert target["cache"]["hits"] == 0, target
+
+
+def test_basic_method_reports_are_consistent(cold: Run) -> None:
+    targets = by_name(cold.json())
+    assert list(targets["two_methods"]["methods"]) == ["encode", "decode"]
+    for target in targets.values():
+        assert target["methods"], target["name"]
+        for method in target["methods"].values():
+            for key in ("delegated_nodes", "non_delegated_nodes", "subgraphs"):
+                assert isinstance(method[key], int) and method[key] >= 0, (key, method)
+            ops, delegated = method["ops"], method["ops_delegated"]
+            assert 0 < delegated <= ops
+            assert method["coverage"] == round(delegated / ops, 4)
+            assert ops - delegated == len(method["not_delegated"])
+            assert method["subgraphs"] == len(method["partitions"])
+            assert delegated == sum(p["ops"] for p in method["partitions"])
+            assert delegated == sum(b["ops"] for b in method["backends"].values())
+            assert method["delegated_nodes"] >= delegated
+
+
+def test_fully_delegated_target(cold: Run) -> None:
+    [method] = by_name(cold.json())["tiny_linear"]["methods"].values()
+    assert method["coverage"] == 1.0
+    assert method["not_delegated"] == []
+    assert method["backends"] == {"XNNPACK": {"ops": method["ops"], "partitions": 1}}
+
+
+def test_refused_ops_are_reported_with_reason_and_line(cold: Run, basic: Path) -> None:
+    marks = line_marks(basic)
+    [method] = by_name(cold.json())["refused"]["methods"].values()
+    assert method["subgraphs"] == 2
+    assert method["coverage"] < 1.0
+    refused = {op["op"]: op for op in method["not_delegated"]}
+    assert set(refused) == {"aten.pow.Tensor_Scalar", "aten.cumsum.default"}
+
+    power = refused["aten.pow.Tensor_Scalar"]
+    assert (power["file"], power["line"]) == marks["refused.pow"]
+    assert power["reason"] == "only support power == 2, got 3"
+
+    cumsum = refused["aten.cumsum.default"]
+    assert (cumsum["file"], cumsum["line"]) == marks["refused.cumsum"]
+    assert cumsum["reason"] == "no XNNPACK support for aten.cumsum.default"
+
+
+def test_second_build_is_served_from_the_cache(cold: Run, warm: Run, basic: Path) -> None:
+    document = assert_built(warm, basic, BASIC_TARGETS)
+    assert shas(document) == shas(cold.json())
+    for target in document["targets"]:
+        assert target["cache"]["hits"] > 0, target
+        assert target["cache"]["misses"] == 0, target
+        for method in target["methods"].values():
+            assert {p["cache"] for p in method["partitions"]} == {"hit"}, target["name"]
+
+
+def test_jobs_2_gives_the_same_report(warm: Run, parallel: Run, basic: Path) -> None:
+    assert_built(parallel, basic, BASIC_TARGETS)
+    assert without_timing(parallel.json()) == without_timing(warm.json())
+
+
+def test_corrupt_cache_entry_is_rebuilt(
+    cold: Run, after_corruption: CorruptRun, basic: Path
+) -> None:
+    document = assert_built(after_corruption.run, basic, BASIC_TARGETS)
+    assert shas(document) == shas(cold.json())
+    assert sum(t["cache"]["misses"] for t in document["targets"]) >= 1
+    # The bad entry was replaced by a good one: its stored digest matches its payload again.
+    data = after_corruption.entry_after_run
+    header = len(MAGIC) + hashlib.sha256().digest_size
+    assert data.startswith(MAGIC)
+    assert hashlib.sha256(data[header:]).digest() == data[len(MAGIC) : header]
+
+
+def test_cache_stats_gc_and_clear(
+    after_corruption: CorruptRun, basic: Path, basic_cache: Path
+) -> None:
+    def entries() -> int:
+        run = lowerd(basic, basic_cache, "cache", "stats")
+        assert run.returncode == 0, run.log
+        assert f"cache:   {basic_cache}" in run.stdout.splitlines(), run.log
+        return int(re.search(r"^entries: (\d+)$", run.stdout, re.M)[1])
+
+    stored = len(blob_files(basic_cache))
+    assert entries() == stored > 0
+
+    bad = lowerd(basic, basic_cache, "cache", "gc", "--max-size", "banana")
+    assert bad.returncode == 2, bad.log
+    assert "banana" in bad.stderr and TRACEBACK not in bad.stderr
+    assert entries() == stored
+
+    gc = lowerd(basic, basic_cache, "cache", "gc", "--max-size", "0")
+    assert gc.returncode == 0, gc.log
+    assert gc.stdout.startswith(f"removed {stored} entries"), gc.log
+    assert gc.stdout.rstrip().endswith("0 B remain"), gc.log
+    assert entries() == 0
+    assert blob_files(basic_cache) == []
+
+    clear = lowerd(basic, basic_cache, "cache", "clear")
+    assert clear.returncode == 0, clear.log
+    assert clear.stdout.startswith("removed 0 entries"), clear.log
+
+
+def test_cache_commands_do_not_import_torch(basic: Path, tmp_path: Path) -> None:
+    for args in (["cache", "stats"], ["cache", "gc", "--max-size", "1G"], ["cache", "clear"]):
+        run = lowerd_without_torch(basic, tmp_path / "cache", *args)
+        assert run.returncode == 0, run.log
+
+
+def test_build_one_named_target(cold: Run, tmp_path_factory: pytest.TempPathFactory) -> None:
+    project = copy_project(PROJECTS / "basic", tmp_path_factory.mktemp("one") / "project")
+    run = lowerd(project, tmp_path_factory.mktemp("one-cache"), "build", "tiny_linear", "--json")
+    document = assert_built(run, project, ["tiny_linear"])
+    assert [p.name for p in (project / "build").iterdir()] == ["tiny_linear.pte"]
+    # Built alone, in another folder, with a cold cache: the same bytes as in the full build.
+    assert shas(document) == {"tiny_linear": shas(cold.json())["tiny_linear"]}
+
+
+# examples/: the demo project ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run]:
+    project = copy_project(EXAMPLES, tmp_path_factory.mktemp("examples") / "project")
+    return project, lowerd(project, tmp_path_factory.mktemp("examples-cache"), "build", "--json")
+
+
+def test_examples_build(examples: tuple[Path, Run]) -> None:
+    project, run = examples
+    document = assert_built(run, project, EXAMPLE_TARGETS)
+    targets = by_name(document)
+    assert list(targets["encoder_decoder"]["methods"]) == ["encode", "decode"]
+
+    [transformer] = targets["transformer"]["methods"].values()
+    refused = transformer["not_delegated"]
+    assert refused, transformer
+    for op in refused:
+        assert op["file"].startswith("models/"), op
+        assert (project / op["file"]).is_file(), op
+        assert isinstance(op["line"], int) and op["line"] > 0, op
+        assert op["reason"], op
