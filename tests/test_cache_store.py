@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from lowerd.cache.location import DEFAULT_MAX_BYTES, default_cache_dir, format_size, parse_size
 from lowerd.cache.store import MAGIC, BlobStore
 

@@ -6,6 +6,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from lowerd.lowering.backends import KNOWN_BACKENDS
 from lowerd.lowering.config import (
     KeyLocator,

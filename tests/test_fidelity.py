@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,18 +11,6 @@ from lowerd.lowering.build import TargetResult, build_target
 from lowerd.lowering.config import ProjectConfig, load_config
 
 from stock import forget_project_modules, sha256, stock_pte
-
-BASIC = Path(__file__).parent / "projects" / "basic"
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "basic"
-    shutil.copytree(BASIC, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
-    saved_path = list(sys.path)
-    yield root
-    sys.path[:] = saved_path
-    forget_project_modules(root)
 
 
 @pytest.fixture

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import re
-import shutil
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.devtools.backend_debug import get_delegation_info
@@ -17,19 +13,7 @@ from executorch.exir import to_edge_transform_and_lower
 from lowerd.lowering.build import build_target
 from lowerd.lowering.config import load_config
 
-from stock import call_entry, forget_project_modules
-
-BASIC = Path(__file__).parent / "projects" / "basic"
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "basic"
-    shutil.copytree(BASIC, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
-    saved_path = list(sys.path)
-    yield root
-    sys.path[:] = saved_path
-    forget_project_modules(root)
+from stock import call_entry
 
 
 def marked_line(file: Path, mark: str) -> int:
