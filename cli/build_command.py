@@ -10,6 +10,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
 from lowerd.cache_command import store_for
+from lowerd.lowering.build_state import up_to_date_report
 from lowerd.lowering.config import (
     ProjectConfig,
     TargetConfig,
@@ -31,13 +32,16 @@ def run_build(
     config = load_config(Path(config_path) if config_path else find_config(Path.cwd()))
     targets = select_targets(config, target_names)
     started = time.perf_counter()
-    if jobs > 1 and len(targets) > 1:
-        results = _build_in_workers(config, targets, use_cache, jobs)
+    done = {t.name: r for t in targets if use_cache and (r := _up_to_date(config, t))}
+    stale = [target for target in targets if target.name not in done]
+    if jobs > 1 and len(stale) > 1:
+        done.update(_build_in_workers(config, stale, use_cache, jobs))
     else:
-        results = [_build_here(config, target, use_cache) for target in targets]
+        done.update((target.name, _build_here(config, target, use_cache)) for target in stale)
+    results = [done[target.name] for target in targets]
     document = {"config": str(config.path), "targets": results}
-    if use_cache:
-        store_for(config).enforce_limit()
+    if use_cache and any(result["cache"]["misses"] for result in results):
+        store_for(config).enforce_limit()  # only a build that stored blobs can exceed the cap
     if as_json:
         print_json(document)
     else:
@@ -46,11 +50,18 @@ def run_build(
     return EXIT_TARGET_FAILED if failed else EXIT_OK
 
 
+def _up_to_date(config: ProjectConfig, target: TargetConfig) -> dict | None:
+    started = time.perf_counter()
+    report = up_to_date_report(config, target)
+    return report and {**report, "seconds": round(time.perf_counter() - started, 3)}
+
+
 def _build_here(config: ProjectConfig, target: TargetConfig, use_cache: bool) -> dict:
-    from lowerd.lowering.build import build_target
+    from lowerd.lowering.build import build_target  # imports torch: only when there is work
 
     progress = _print_progress if sys.stderr.isatty() else None
-    result = build_target(config, target, store_for(config) if use_cache else None, progress)
+    store = store_for(config) if use_cache else None
+    result = build_target(config, target, store, progress, reuse=use_cache)
     if progress:
         sys.stderr.write("\r\033[K")
     return result.to_json()
@@ -58,7 +69,7 @@ def _build_here(config: ProjectConfig, target: TargetConfig, use_cache: bool) ->
 
 def _build_in_workers(
     config: ProjectConfig, targets: list[TargetConfig], use_cache: bool, jobs: int
-) -> list[dict]:
+) -> list[tuple[str, dict]]:
     # spawn, not fork: each worker imports user code into a clean interpreter, and no torch
     # threads are inherited mid-flight.
     context = multiprocessing.get_context("spawn")
@@ -68,7 +79,7 @@ def _build_in_workers(
             for target in targets
         ]
         return [
-            _result_or_crash(future, target)
+            (target.name, _result_or_crash(future, target))
             for future, target in zip(futures, targets, strict=True)
         ]
 
@@ -89,9 +100,7 @@ def _result_or_crash(future: Future, target: TargetConfig) -> dict:
 def _build_in_worker(config_path: str, target_name: str, use_cache: bool) -> dict:
     config = load_config(Path(config_path))
     [target] = select_targets(config, [target_name])
-    from lowerd.lowering.build import build_target
-
-    return build_target(config, target, store_for(config) if use_cache else None).to_json()
+    return _build_here(config, target, use_cache)
 
 
 def _print_progress(stage: str, target: str, detail: str | None) -> None:

@@ -22,11 +22,7 @@ def format_report(document: dict[str, Any], seconds: float) -> str:
 def _target_lines(target: dict[str, Any]) -> list[str]:
     if target["status"] != "ok":
         return [f"{target['name']}: FAILED", *_indent(_error_text(target["error"]), 2), ""]
-    cache = target["cache"]
-    lines = [
-        f"{target['name']}: {target['output']}  ({target['seconds']:.1f} s, "
-        f"cache {cache['hits']} hit / {cache['misses']} miss)"
-    ]
+    lines = [f"{target['name']}: {target['output']}  ({_how_built(target)})"]
     for name, method in target["methods"].items():
         lines.append(f"  {name}: {coverage_text(method)}")
         for op in method["not_delegated"]:
@@ -34,6 +30,15 @@ def _target_lines(target: dict[str, Any]) -> list[str]:
             lines.append(f"    not delegated  {op['op']:<28} {where:<28} {op['reason']}")
     lines.append("")
     return lines
+
+
+def _how_built(target: dict[str, Any]) -> str:
+    if target.get("reused") == "up-to-date":
+        return "up to date"
+    if target.get("reused") == "same-program":
+        return f"{target['seconds']:.1f} s, program unchanged: kept the .pte"
+    cache = target["cache"]
+    return f"{target['seconds']:.1f} s, cache {cache['hits']} hit / {cache['misses']} miss"
 
 
 def coverage_text(method: dict[str, Any]) -> str:

@@ -19,9 +19,20 @@ from typing import Any, Literal
 
 from lowerd.cache.store import BlobStore
 from lowerd.lowering.backends import BACKENDS
+from lowerd.lowering.build_state import (
+    FileStamp,
+    TargetState,
+    forget_state,
+    load_state,
+    save_state,
+    stamp_files,
+    target_inputs_digest,
+)
 from lowerd.lowering.config import ProjectConfig, TargetConfig
 from lowerd.lowering.entry import LoadedEntry, MethodSpec, load_entry
 from lowerd.lowering.errors import ExportError, LowerdError, LoweringError
+from lowerd.lowering.inputs import InputRecorder
+from lowerd.lowering.program_fingerprint import ProgramFingerprint, fingerprint, moved_lines
 from lowerd.lowering.report import MethodReport, method_report
 from lowerd.lowering.source_map import UserFiles
 
@@ -41,6 +52,9 @@ class TargetResult:
     cache_misses: int = 0
     methods: dict[str, MethodReport] = field(default_factory=dict)
     error: LowerdError | None = None
+    # Why no lowering ran: "same-program" when every method exported to the program of the
+    # last build (a comment or unrelated edit), so its .pte was kept.
+    reused: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,6 +63,7 @@ class TargetResult:
             "output": self.output,
             "sha256": self.sha256,
             "seconds": round(self.seconds, 3),
+            "reused": self.reused,
             "cache": {"hits": self.cache_hits, "misses": self.cache_misses},
             "methods": {name: report.to_json() for name, report in self.methods.items()},
             "error": self.error.to_json() if self.error else None,
@@ -60,13 +75,18 @@ def build_target(
     target: TargetConfig,
     store: BlobStore | None,
     progress: Progress | None = None,
+    reuse: bool = True,
 ) -> TargetResult:
-    """Build one target; a failure is returned as an error result, never raised."""
+    """Build one target; a failure is returned as an error result, never raised.
+
+    With `reuse`, a target whose methods export to the programs of its last build keeps its .pte.
+    """
     started = time.perf_counter()
     builder = _TargetBuilder(config, target, store, progress or (lambda *_: None))
     try:
-        return builder.run(started)
+        return builder.run(started, load_state(config, target) if reuse else None)
     except LowerdError as error:
+        forget_state(config, target)
         if error.location.file:  # named like the report's source lines: relative to the root
             error.location.file = builder.user_files.display(error.location.file)
         return TargetResult(target.name, "error", time.perf_counter() - started, error=error)
@@ -87,10 +107,47 @@ class _TargetBuilder:
         self.user_files = UserFiles(config.root)
         self.entry: LoadedEntry | None = None
 
-    def run(self, started: float) -> TargetResult:
-        self._stage("load")
-        self.entry = load_entry(self.config, self.target)
-        exported = self._export(self.entry.methods)
+    def run(self, started: float, previous: TargetState | None) -> TargetResult:
+        recorder = InputRecorder(self.user_files, exclude=self.config.out_dir)
+        with recorder.recording():
+            self._stage("load")
+            self.entry = load_entry(self.config, self.target)
+            exported = self._export(self.entry.methods)
+        program = fingerprint(exported, self.target.backends, self.user_files)
+        if program and previous and self._same_program(previous, program):
+            result = self._reuse(previous, program, started)
+        else:
+            result = self._lower_and_write(exported, started)
+        self._record_state(result, recorder, program)
+        return result
+
+    def _same_program(self, previous: TargetState, program: ProgramFingerprint) -> bool:
+        return (
+            previous.method_digests == program.digests
+            and previous.inputs_digest == target_inputs_digest(self.config, self.target)
+            and previous.output.path == str(self.config.output_path(self.target.name))
+            and previous.output.unchanged()
+        )
+
+    def _reuse(
+        self, previous: TargetState, program: ProgramFingerprint, started: float
+    ) -> TargetResult:
+        """The last build's .pte and report, its source lines moved to where the code is now."""
+        methods = {}
+        for name, report in previous.report["methods"].items():
+            moves = moved_lines(previous.method_lines.get(name, []), program.lines[name])
+            methods[name] = MethodReport.from_json(report).with_lines_moved(moves)
+        return TargetResult(
+            name=self.target.name,
+            status="ok",
+            seconds=time.perf_counter() - started,
+            output=previous.output.path,
+            sha256=previous.output.sha256,
+            methods=methods,
+            reused="same-program",
+        )
+
+    def _lower_and_write(self, exported: dict[str, Any], started: float) -> TargetResult:
         edge, reports, preprocess = self._lower(exported)
         self._stage("emit")
         buffer = self._emit(edge)
@@ -107,6 +164,20 @@ class _TargetBuilder:
             cache_misses=preprocess.misses,
             methods=reports,
         )
+
+    def _record_state(
+        self, result: TargetResult, recorder: InputRecorder, program: ProgramFingerprint | None
+    ) -> None:
+        state = TargetState(
+            target=self.target.name,
+            inputs_digest=target_inputs_digest(self.config, self.target),
+            sources=stamp_files(recorder.files()),
+            output=FileStamp.of(Path(result.output)),
+            method_digests=program.digests if program else {},
+            method_lines=program.lines if program else {},
+            report=result.to_json(),
+        )
+        save_state(self.config, self.target, state)
 
     def _stage(self, stage: Stage, detail: str | None = None) -> None:
         self.progress(stage, self.target.name, detail)

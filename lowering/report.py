@@ -55,6 +55,22 @@ class MethodReport:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> MethodReport:
+        return cls(
+            **{
+                **raw,
+                "partitions": [PartitionSummary(**p) for p in raw["partitions"]],
+                "not_delegated": [NotDelegatedOp(**op) for op in raw["not_delegated"]],
+            }
+        )
+
+    def with_lines_moved(self, moves: dict[tuple[str, int], tuple[str, int]]) -> MethodReport:
+        for op in self.not_delegated:
+            if op.file is not None and op.line is not None:
+                op.file, op.line = moves.get((op.file, op.line), (op.file, op.line))
+        return self
+
 
 def op_name(node: torch.fx.Node) -> str:
     """`aten.cumsum.default`, the name users see in ExecuTorch's docs and error messages."""

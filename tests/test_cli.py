@@ -372,6 +372,13 @@ def basic_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # The runs below share basic_cache; each depends on the one before so they run in this order.
+# All but `unchanged` first delete build/ (outputs and build state): an intact build is "up to
+# date" and never reaches the blob cache these runs are about.
+
+
+def rebuild(basic: Path, basic_cache: Path, *args: str) -> Run:
+    shutil.rmtree(basic / "build", ignore_errors=True)
+    return lowerd(basic, basic_cache, "build", "--json", *args)
 
 
 @pytest.fixture(scope="module")
@@ -381,12 +388,18 @@ def cold(basic: Path, basic_cache: Path) -> Run:
 
 @pytest.fixture(scope="module")
 def warm(cold: Run, basic: Path, basic_cache: Path) -> Run:
-    return lowerd(basic, basic_cache, "build", "--json")
+    return rebuild(basic, basic_cache)
 
 
 @pytest.fixture(scope="module")
-def parallel(warm: Run, basic: Path, basic_cache: Path) -> Run:
-    return lowerd(basic, basic_cache, "build", "--json", "--jobs", "2")
+def unchanged(warm: Run, basic: Path, basic_cache: Path) -> Run:
+    # An up-to-date check must not pay the ~6 s torch import: exit 99 if it did.
+    return lowerd_without_torch(basic, basic_cache, "build", "--json")
+
+
+@pytest.fixture(scope="module")
+def parallel(unchanged: Run, basic: Path, basic_cache: Path) -> Run:
+    return rebuild(basic, basic_cache, "--jobs", "2")
 
 
 @dataclass
@@ -402,14 +415,14 @@ def after_corruption(parallel: Run, basic: Path, basic_cache: Path) -> CorruptRu
     data = bytearray(entry.read_bytes())
     data[-1] ^= 0xFF  # the payload's last byte: the header's digest no longer matches
     entry.write_bytes(bytes(data))
-    run = lowerd(basic, basic_cache, "build", "--json")
+    run = rebuild(basic, basic_cache)
     return CorruptRun(run, entry, entry.read_bytes() if entry.is_file() else b"")
 
 
 def test_basic_build_writes_every_target(cold: Run, basic: Path) -> None:
     document = assert_built(cold, basic, BASIC_TARGETS)
     assert document["config"] == str(basic / "pyproject.toml")
-    assert sorted(p.name for p in (basic / "build").iterdir()) == sorted(
+    assert sorted(p.name for p in (basic / "build").glob("*.pte")) == sorted(
         f"{name}.pte" for name in BASIC_TARGETS
     )
     for target in document["targets"]:
@@ -469,6 +482,16 @@ def test_second_build_is_served_from_the_cache(cold: Run, warm: Run, basic: Path
             assert {p["cache"] for p in method["partitions"]} == {"hit"}, target["name"]
 
 
+def test_unchanged_build_is_up_to_date(warm: Run, unchanged: Run, basic: Path) -> None:
+    document = assert_built(unchanged, basic, BASIC_TARGETS)
+    assert shas(document) == shas(warm.json())
+    assert {t["reused"] for t in document["targets"]} == {"up-to-date"}
+    assert (
+        without_timing(document)["targets"][0]["methods"]
+        == without_timing(warm.json())["targets"][0]["methods"]
+    )
+
+
 def test_jobs_2_gives_the_same_report(warm: Run, parallel: Run, basic: Path) -> None:
     assert_built(parallel, basic, BASIC_TARGETS)
     assert without_timing(parallel.json()) == without_timing(warm.json())
@@ -526,7 +549,7 @@ def test_build_one_named_target(cold: Run, tmp_path_factory: pytest.TempPathFact
     project = copy_project(PROJECTS / "basic", tmp_path_factory.mktemp("one") / "project")
     run = lowerd(project, tmp_path_factory.mktemp("one-cache"), "build", "tiny_linear", "--json")
     document = assert_built(run, project, ["tiny_linear"])
-    assert [p.name for p in (project / "build").iterdir()] == ["tiny_linear.pte"]
+    assert [p.name for p in (project / "build").glob("*.pte")] == ["tiny_linear.pte"]
     # Built alone, in another folder, with a cold cache: the same bytes as in the full build.
     assert shas(document) == {"tiny_linear": shas(cold.json())["tiny_linear"]}
 

@@ -1,0 +1,160 @@
+"""What a target's last successful build read and wrote, so an unchanged target is not rebuilt.
+
+Like make and ninja: stat every recorded input first and hash only those whose size or mtime
+moved. Nothing here imports torch or executorch: answering "up to date" must cost milliseconds,
+not the ~6 s import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from lowerd.lowering.config import ProjectConfig, TargetConfig
+
+STATE_VERSION = 1
+STATE_DIR = ".lowerd"
+
+
+@dataclass
+class FileStamp:
+    """One input or output file: cheap stat fields, and the digest that decides when they moved."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str
+
+    @classmethod
+    def of(cls, path: Path) -> FileStamp:
+        stat = path.stat()
+        return cls(str(path), stat.st_size, stat.st_mtime_ns, file_digest(path))
+
+    def unchanged(self) -> bool:
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return False
+        if (stat.st_size, stat.st_mtime_ns) == (self.size, self.mtime_ns):
+            return True
+        # Touched (git checkout, an editor's save-without-change): the content decides.
+        return stat.st_size == self.size and file_digest(Path(self.path)) == self.sha256
+
+
+@dataclass
+class TargetState:
+    target: str
+    inputs_digest: str  # the target's config and the tool versions: see target_inputs_digest
+    sources: list[FileStamp]
+    output: FileStamp
+    # method name -> digest of its exported program; lets a re-export skip lowering (issue 3 §2)
+    method_digests: dict[str, str] = field(default_factory=dict)
+    # method name -> user source line of each exported node, in graph order, to re-map the
+    # report's lines after an edit that moves code without changing the program.
+    method_lines: dict[str, list[list[Any]]] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def state_path(config: ProjectConfig, target: TargetConfig) -> Path:
+    return config.out_dir / STATE_DIR / f"{target.name}.msgpack"
+
+
+def load_state(config: ProjectConfig, target: TargetConfig) -> TargetState | None:
+    """The recorded state, or None when there is none or it cannot be trusted."""
+    try:
+        raw = msgpack.unpackb(state_path(config, target).read_bytes(), raw=False)
+        if raw.get("version") != STATE_VERSION:
+            return None
+        state = raw["state"]
+        return TargetState(
+            target=state["target"],
+            inputs_digest=state["inputs_digest"],
+            sources=[FileStamp(**s) for s in state["sources"]],
+            output=FileStamp(**state["output"]),
+            method_digests=state["method_digests"],
+            method_lines=state["method_lines"],
+            report=state["report"],
+        )
+    except (OSError, ValueError, KeyError, TypeError, msgpack.UnpackException):
+        return None
+
+
+def save_state(config: ProjectConfig, target: TargetConfig, state: TargetState) -> None:
+    path = state_path(config, target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = msgpack.packb({"version": STATE_VERSION, "state": asdict(state)}, use_bin_type=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "wb") as file:
+        file.write(payload)
+    os.replace(temp, path)
+
+
+def forget_state(config: ProjectConfig, target: TargetConfig) -> None:
+    state_path(config, target).unlink(missing_ok=True)
+
+
+def why_out_of_date(
+    config: ProjectConfig, target: TargetConfig, state: TargetState | None
+) -> str | None:
+    """None when the recorded build still stands; otherwise the first reason it does not."""
+    if state is None:
+        return "never built"
+    if state.inputs_digest != target_inputs_digest(config, target):
+        return "configuration or tool versions changed"
+    if state.output.path != str(config.output_path(target.name)) or not state.output.unchanged():
+        return "output missing or modified"
+    for source in state.sources:
+        if not source.unchanged():
+            return f"{source.path} changed"
+    return None
+
+
+def up_to_date_report(config: ProjectConfig, target: TargetConfig) -> dict[str, Any] | None:
+    """The last build's report when nothing it read or wrote has changed since; else None."""
+    state = load_state(config, target)
+    if why_out_of_date(config, target, state) is not None:
+        return None
+    return {**state.report, "reused": "up-to-date", "cache": {"hits": 0, "misses": 0}}
+
+
+def target_inputs_digest(config: ProjectConfig, target: TargetConfig) -> str:
+    """Everything besides the source files that decides a target's bytes."""
+    parts = [
+        str(STATE_VERSION),
+        target.entry,
+        ",".join(target.backends),
+        str(config.root),
+        *tool_versions(),
+    ]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+@cache
+def tool_versions() -> tuple[str, ...]:
+    # Read from the installed metadata: importing torch to ask would defeat the purpose.
+    return tuple(f"{name}=={_version(name)}" for name in ("torch", "executorch", "lowerd"))
+
+
+def _version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "none"
+
+
+def stamp_files(paths: Iterable[Path]) -> list[FileStamp]:
+    return [FileStamp.of(path) for path in sorted(set(paths)) if path.is_file()]
+
+
+def file_digest(path: Path) -> str:
+    with path.open("rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
