@@ -38,7 +38,10 @@ def _how_built(target: dict[str, Any]) -> str:
     if target.get("reused") == "same-program":
         return f"{target['seconds']:.1f} s, program unchanged: kept the .pte"
     cache = target["cache"]
-    return f"{target['seconds']:.1f} s, cache {cache['hits']} hit / {cache['misses']} miss"
+    rebased = f" ({cache['rebased']} rebased)" if cache.get("rebased") else ""
+    return (
+        f"{target['seconds']:.1f} s, cache {cache['hits']} hit{rebased} / {cache['misses']} miss"
+    )
 
 
 def coverage_text(method: dict[str, Any]) -> str:

@@ -50,6 +50,7 @@ class TargetResult:
     sha256: str | None = None
     cache_hits: int = 0
     cache_misses: int = 0
+    cache_rebased: int = 0  # of the hits, those whose debug handles were renumbered
     methods: dict[str, MethodReport] = field(default_factory=dict)
     error: LowerdError | None = None
     # Why no lowering ran: "same-program" when every method exported to the program of the
@@ -64,7 +65,11 @@ class TargetResult:
             "sha256": self.sha256,
             "seconds": round(self.seconds, 3),
             "reused": self.reused,
-            "cache": {"hits": self.cache_hits, "misses": self.cache_misses},
+            "cache": {
+                "hits": self.cache_hits,
+                "misses": self.cache_misses,
+                "rebased": self.cache_rebased,
+            },
             "methods": {name: report.to_json() for name, report in self.methods.items()},
             "error": self.error.to_json() if self.error else None,
         }
@@ -162,6 +167,7 @@ class _TargetBuilder:
             sha256=hashlib.sha256(buffer).hexdigest(),
             cache_hits=preprocess.hits,
             cache_misses=preprocess.misses,
+            cache_rebased=preprocess.rebased,
             methods=reports,
         )
 

@@ -123,7 +123,7 @@ def up_to_date_report(config: ProjectConfig, target: TargetConfig) -> dict[str, 
     state = load_state(config, target)
     if why_out_of_date(config, target, state) is not None:
         return None
-    return {**state.report, "reused": "up-to-date", "cache": {"hits": 0, "misses": 0}}
+    return {**state.report, "reused": "up-to-date", "cache": {"hits": 0, "misses": 0, "rebased": 0}}
 
 
 def target_inputs_digest(config: ProjectConfig, target: TargetConfig) -> str:

@@ -21,11 +21,15 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
 # Bump when the key's structure or the cached value's encoding changes.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 # Node metadata that differs between runs or only records where a node came from. `from_node`
-# holds id(graph); the rest are provenance that no backend serializes.
-VOLATILE_META = frozenset({"from_node", "stack_trace", "nn_module_stack", "torch_fn", "seq_nr"})
+# holds id(graph); the rest are provenance that no backend serializes. `delegation_tag` is the
+# partitioner's bookkeeping, numbered across the whole graph (Vulkan's "tag22" becomes "tag23"
+# when an op is added anywhere) and stripped by ExecuTorch once the partition is lowered.
+VOLATILE_META = frozenset(
+    {"from_node", "stack_trace", "nn_module_stack", "torch_fn", "seq_nr", "delegation_tag"}
+)
 
 
 class Unkeyable(Exception):
@@ -36,6 +40,9 @@ class Unkeyable(Exception):
 class PartitionKeyDetails:
     format_version: int
     backend: str
+    # "stable": node names and debug handles keyed by position, for backends whose output holds
+    # neither (or holds handles lowerd can rebase); "exact": keyed as they are.
+    naming: str
     torch_version: str
     executorch_version: str
     compile_specs: tuple
@@ -57,28 +64,42 @@ class PartitionKeyDetails:
         ]
 
 
-def partition_key(backend: str, program: ExportedProgram, compile_specs: Sequence[Any]) -> str:
-    return key_details(backend, [program], [compile_specs]).digest()
+@dataclass(frozen=True)
+class PartitionKey:
+    details: PartitionKeyDetails
+    # The debug handles of the programs in order of first appearance. With stable naming they are
+    # not in the key: a hit built with other handles is rebased onto these.
+    handles: tuple[int, ...]
+
+    def digest(self) -> str:
+        return self.details.digest()
 
 
 def key_details(
     backend: str,
     programs: Sequence[ExportedProgram],
     compile_specs: Sequence[Sequence[Any]],
-) -> PartitionKeyDetails:
+    stable_naming: bool = False,
+) -> PartitionKey:
     """Key of one preprocess call; several programs when a backend preprocesses methods together."""
-    return PartitionKeyDetails(
+    encoders = [_Encoder(p.graph_module.graph, stable_naming) for p in programs]
+    details = PartitionKeyDetails(
         format_version=FORMAT_VERSION,
         backend=backend,
+        naming="stable" if stable_naming else "exact",
         torch_version=torch.__version__,
         executorch_version=_executorch_version(),
         compile_specs=tuple(_encode_compile_specs(specs) for specs in compile_specs),
-        graph=tuple(_encode_graph(p.graph_module.graph) for p in programs),
-        submodules=tuple(_encode_submodules(p.graph_module) for p in programs),
-        signature=tuple(_encode_signature(p) for p in programs),
+        graph=tuple(e.graph(p.graph_module.graph) for e, p in zip(encoders, programs, strict=True)),
+        submodules=tuple(
+            e.submodules(p.graph_module) for e, p in zip(encoders, programs, strict=True)
+        ),
+        signature=tuple(e.signature(p) for e, p in zip(encoders, programs, strict=True)),
         range_constraints=tuple(_encode_ranges(p) for p in programs),
         tensors=tuple(_tensor_digests(p) for p in programs),
     )
+    handles = tuple(h for e in encoders for h in e.handles)
+    return PartitionKey(details, handles)
 
 
 @cache
@@ -94,48 +115,77 @@ def _encode_compile_specs(specs: Iterable[Any]) -> tuple:
     return tuple((spec.key, bytes(spec.value)) for spec in specs)
 
 
-def _encode_graph(graph: torch.fx.Graph) -> tuple:
-    return tuple(_encode_node(node) for node in graph.nodes)
+class _Encoder:
+    """Encodes one program's graph. With stable naming, a node is named by its position and a
+    debug handle by its order of first appearance, so inserting an op elsewhere in the model,
+    which renumbers both across the whole graph, leaves this partition's key unchanged."""
 
+    def __init__(self, graph: torch.fx.Graph, stable_naming: bool):
+        self.stable = stable_naming
+        self.positions = {node.name: f"%{i}" for i, node in enumerate(graph.nodes)}
+        self.handles: list[int] = []
 
-def _encode_node(node: torch.fx.Node) -> tuple:
-    meta = tuple(
-        (name, _encode_value(value))
-        for name, value in sorted(node.meta.items())
-        if name not in VOLATILE_META
-    )
-    return (
-        node.op,
-        node.name,
-        _encode_value(node.target),
-        _encode_value(node.args),
-        _encode_value(node.kwargs),
-        meta,
-    )
+    def graph(self, graph: torch.fx.Graph) -> tuple:
+        return tuple(self.node(node) for node in graph.nodes)
 
+    def node(self, node: torch.fx.Node) -> tuple:
+        meta = tuple(
+            (name, self.meta(name, value))
+            for name, value in sorted(node.meta.items())
+            if name not in VOLATILE_META
+        )
+        return (
+            node.op,
+            self.name(node.name),
+            _encode_value(node.target, self),
+            _encode_value(node.args, self),
+            _encode_value(node.kwargs, self),
+            meta,
+        )
 
-def _encode_submodules(graph_module: torch.fx.GraphModule) -> tuple:
-    """Control-flow branches (cond, map, scan, while) live in get_attr'd GraphModules."""
-    encoded = []
-    for node in graph_module.graph.nodes:
-        if node.op != "get_attr":
-            continue
-        owner = getattr(graph_module, node.target, None)
-        if isinstance(owner, torch.fx.GraphModule):
-            encoded.append((node.target, _encode_graph(owner.graph), _encode_submodules(owner)))
-    return tuple(encoded)
+    def name(self, name: str) -> str:
+        return self.positions.get(name, name) if self.stable else name
 
+    def meta(self, name: str, value: Any) -> Any:
+        if name == "debug_handle" and isinstance(value, int):
+            if value not in self.handles:
+                self.handles.append(value)
+            return ("handle", self.handles.index(value)) if self.stable else value
+        if name == "source_fn_stack" and self.stable:
+            # [(fx name, module class or function)]: the fx name shifts like node names do.
+            return _encode_value([fn for _, fn in value], self)
+        return _encode_value(value, self)
 
-def _encode_signature(program: ExportedProgram) -> tuple:
-    signature = program.graph_signature
-    inputs = tuple(
-        (spec.kind.name, _encode_value(spec.arg), spec.target, spec.persistent)
-        for spec in signature.input_specs
-    )
-    outputs = tuple(
-        (spec.kind.name, _encode_value(spec.arg), spec.target) for spec in signature.output_specs
-    )
-    return inputs, outputs
+    def submodules(self, graph_module: torch.fx.GraphModule) -> tuple:
+        """Control-flow branches (cond, map, scan, while) live in get_attr'd GraphModules."""
+        encoded = []
+        for node in graph_module.graph.nodes:
+            if node.op != "get_attr":
+                continue
+            owner = getattr(graph_module, node.target, None)
+            if isinstance(owner, torch.fx.GraphModule):
+                branch = _Encoder(owner.graph, self.stable)
+                branch.handles = self.handles  # one numbering across the whole partition
+                encoded.append((node.target, branch.graph(owner.graph), branch.submodules(owner)))
+        return tuple(encoded)
+
+    def signature(self, program: ExportedProgram) -> tuple:
+        signature = program.graph_signature
+        inputs = tuple(
+            (spec.kind.name, self.argument(spec.arg), spec.target, spec.persistent)
+            for spec in signature.input_specs
+        )
+        outputs = tuple(
+            (spec.kind.name, self.argument(spec.arg), spec.target)
+            for spec in signature.output_specs
+        )
+        return inputs, outputs
+
+    def argument(self, argument: Any) -> Any:
+        name = getattr(argument, "name", None)
+        if isinstance(name, str):
+            return (type(argument).__name__, self.name(name))
+        return _encode_value(argument, self)
 
 
 def _encode_ranges(program: ExportedProgram) -> tuple:
@@ -177,18 +227,21 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
     return bytes(flat.view(torch.uint8).numpy()) if flat.numel() else b""
 
 
-def _encode_value(value: Any) -> Any:  # noqa: C901 - one flat dispatch over value kinds
+def _encode_value(value: Any, encoder: _Encoder | None = None) -> Any:  # noqa: C901
     """A deterministic, msgpack-able encoding; raises Unkeyable rather than guess."""
     if value is None or isinstance(value, (bool, int, str, bytes)):
         return value
     if isinstance(value, float):
         return ("float", value.hex())  # exact: 0.1 and 0.1000000001 must not collide
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(_encode_value(v) for v in value))
+        return (type(value).__name__, tuple(_encode_value(v, encoder) for v in value))
     if isinstance(value, dict):
-        return ("dict", tuple((_encode_value(k), _encode_value(v)) for k, v in value.items()))
+        return (
+            "dict",
+            tuple((_encode_value(k, encoder), _encode_value(v, encoder)) for k, v in value.items()),
+        )
     if isinstance(value, torch.fx.Node):
-        return ("node", value.name)
+        return ("node", encoder.name(value.name) if encoder else value.name)
     if isinstance(value, torch.Tensor):
         return _encode_tensor_meta(value)
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -199,7 +252,8 @@ def _encode_value(value: Any) -> Any:  # noqa: C901 - one flat dispatch over val
         return ("enum", type(value).__qualname__, _encode_value(value.value))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = tuple(
-            (f.name, _encode_value(getattr(value, f.name))) for f in dataclasses.fields(value)
+            (f.name, _encode_value(getattr(value, f.name), encoder))
+            for f in dataclasses.fields(value)
         )
         return ("dataclass", type(value).__qualname__, fields)
     if isinstance(value, type):

@@ -21,8 +21,11 @@ from executorch.exir.backend.backend_details import BackendDetails, PreprocessRe
 from lowerd.cache.store import BlobStore
 from lowerd.lowering.partition_key import Unkeyable, key_details
 from lowerd.lowering.preprocess_codec import NotPlainData, decode_results, encode_results
+from lowerd.lowering.rebase import REBASABLE_BACKENDS, CannotRebase, rebase
 
-Outcome = Literal["hit", "miss", "uncached"]
+# hit: served as stored; rebased: served with its debug handles renumbered; miss: preprocessed
+# and stored; uncached: preprocessed, and not storable (or the cache is off).
+Outcome = Literal["hit", "rebased", "miss", "uncached"]
 
 
 @dataclass
@@ -46,11 +49,19 @@ class PreprocessCache:
 
     @property
     def hits(self) -> int:
-        return sum(len(r.blob_digests) for r in self.records if r.outcome == "hit")
+        """Blobs served by the cache, rebased ones included."""
+        return self._count("hit", "rebased")
+
+    @property
+    def rebased(self) -> int:
+        return self._count("rebased")
 
     @property
     def misses(self) -> int:
-        return sum(len(r.blob_digests) for r in self.records if r.outcome != "hit")
+        return self._count("miss", "uncached")
+
+    def _count(self, *outcomes: Outcome) -> int:
+        return sum(len(r.blob_digests) for r in self.records if r.outcome in outcomes)
 
     def outcome_of_blob(self, processed_bytes: bytes) -> PreprocessRecord | None:
         digest = _blob_digest(processed_bytes)
@@ -131,30 +142,39 @@ class PreprocessCache:
         specs: list,
     ) -> list[PreprocessResult]:
         started = time.perf_counter()
+        if self.store is None:
+            return self._record_run(backend, None, run, started, note="cache disabled")
         try:
-            key = key_details(backend, programs, specs).digest() if self.store else None
+            key = key_details(backend, programs, specs, stable_naming=backend in REBASABLE_BACKENDS)
         except Unkeyable as why:
             return self._record_run(backend, None, run, started, note=str(why))
-        if key is None:
-            return self._record_run(backend, None, run, started, note="cache disabled")
+        digest = key.digest()
 
-        results = self._load(key)
-        if results is not None:
-            self._record(backend, key, "hit", started, results)
-            return results
+        note = None
+        cached = self._load(digest)
+        if cached is not None:
+            results, built_with = cached
+            try:
+                results = rebase(backend, results, built_with, key.handles)
+            except CannotRebase as why:
+                note = f"cached blob not rebased: {why}"
+            else:
+                outcome: Outcome = "hit" if built_with == key.handles else "rebased"
+                self._record(backend, digest, outcome, started, results)
+                return results
 
         results = run()
         try:
-            self.store.put(key, encode_results(results))
+            self.store.put(digest, encode_results(results, key.handles))
         except (NotPlainData, OSError) as why:  # a cache that can't take it never fails a build
-            self._record(backend, key, "uncached", started, results, note=str(why))
+            self._record(backend, digest, "uncached", started, results, note=str(why))
             return results
-        self._record(backend, key, "miss", started, results)
+        self._record(backend, digest, "miss", started, results, note=note)
         return results
 
-    def _load(self, key: str) -> list[PreprocessResult] | None:
+    def _load(self, digest: str) -> tuple[list[PreprocessResult], tuple[int, ...]] | None:
         try:
-            payload = self.store.get(key)
+            payload = self.store.get(digest)
             return decode_results(payload) if payload is not None else None
         except Exception:  # unreadable store, or digest-valid but undecodable: preprocess again
             return None

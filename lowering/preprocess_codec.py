@@ -16,14 +16,16 @@ class NotPlainData(Exception):
     """The result holds something msgpack cannot carry faithfully; it is not cached."""
 
 
-def encode_results(results: list[PreprocessResult]) -> bytes:
-    return msgpack.packb([_encode_result(r) for r in results], use_bin_type=True)
+def encode_results(results: list[PreprocessResult], handles: tuple[int, ...]) -> bytes:
+    """The results of one preprocess call, with the debug handles they were built with."""
+    document = {"handles": list(handles), "results": [_encode_result(r) for r in results]}
+    return msgpack.packb(document, use_bin_type=True)
 
 
-def decode_results(payload: bytes) -> list[PreprocessResult]:
+def decode_results(payload: bytes) -> tuple[list[PreprocessResult], tuple[int, ...]]:
     # Debug-handle maps may be keyed by int; msgpack refuses non-str keys unless told.
     raw = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-    return [_decode_result(r) for r in raw]
+    return [_decode_result(r) for r in raw["results"]], tuple(raw["handles"])
 
 
 def _encode_result(result: PreprocessResult) -> dict:

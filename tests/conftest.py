@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stock import forget_project_modules
-
-PROJECTS = Path(__file__).parent / "projects"
+from stock import PROJECTS, forget_project_modules
 
 
 @pytest.fixture

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from executorch.exir import to_edge_transform_and_lower
 
+PROJECTS = Path(__file__).parent / "projects"
+
 PARTITIONERS = {
     "xnnpack": lambda: _import(
         "executorch.backends.xnnpack.partition.xnnpack_partitioner"

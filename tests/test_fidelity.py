@@ -20,7 +20,8 @@ def store(tmp_path: Path) -> BlobStore:
 
 def build(config: ProjectConfig, name: str, store: BlobStore | None) -> TargetResult:
     forget_project_modules(config.root)  # an edited file must be imported afresh
-    result = build_target(config, config.targets[name], store)
+    # reuse=False: these tests are about the blob cache, not about keeping an unchanged .pte.
+    result = build_target(config, config.targets[name], store, reuse=False)
     assert result.status == "ok", result.error
     return result
 

@@ -35,7 +35,7 @@ def edge_program(scale: float = 0.1, seed: int = 0) -> torch.export.ExportedProg
 
 
 def details(program: torch.export.ExportedProgram, specs: list | None = None):
-    return key_details("XnnpackBackend", [program], [specs or []])
+    return key_details("XnnpackBackend", [program], [specs or []]).details
 
 
 def first_op(program: torch.export.ExportedProgram) -> torch.fx.Node:
@@ -100,11 +100,28 @@ def test_preprocess_results_survive_msgpack_exactly() -> None:
     )
     named = PreprocessResult(processed_bytes=b"", debug_handle_map={"node": [7]})
 
-    assert decode_results(encode_results([result, named])) == [result, named]
+    decoded = decode_results(encode_results([result, named], (1, 2, 4)))
+    assert decoded == ([result, named], (1, 2, 4))
 
 
 def test_results_that_are_not_plain_data_are_refused() -> None:
     with pytest.raises(NotPlainData):
-        encode_results([PreprocessResult(processed_bytes=b"x", _delegate_info_meta=object())])
+        encode_results([PreprocessResult(processed_bytes=b"x", _delegate_info_meta=object())], ())
     with pytest.raises(NotPlainData):
-        encode_results([PreprocessResult(processed_bytes=b"x", debug_handle_map={0: "1"})])
+        encode_results([PreprocessResult(processed_bytes=b"x", debug_handle_map={0: "1"})], ())
+
+
+def stable(program: torch.export.ExportedProgram):
+    return key_details("XnnpackBackend", [program], [[]], stable_naming=True)
+
+
+def test_stable_naming_keys_names_and_handles_by_position() -> None:
+    program = edge_program()
+    before = stable(program)
+    for node in program.graph.nodes:
+        if "debug_handle" in node.meta:
+            node.meta["debug_handle"] += 100  # an op inserted earlier shifts every handle
+    after = stable(program)
+    assert after.digest() == before.digest()
+    assert after.handles == tuple(h + 100 for h in before.handles)
+    assert details(program).diff(key_details("XnnpackBackend", [edge_program()], [[]]).details)

@@ -1,0 +1,121 @@
+"""A one-op edit re-lowers one block: the others' blobs are rebased onto the shifted debug handles,
+and the .pte still equals stock ExecuTorch's bytes."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lowerd.cache.store import BlobStore
+from lowerd.lowering.build import TargetResult, build_target
+from lowerd.lowering.config import load_config
+from lowerd.lowering.preprocess_codec import decode_results
+from lowerd.lowering.rebase import CannotRebase, rebase, rebase_xnnpack_blob
+
+from stock import PROJECTS, forget_project_modules, sha256, stock_pte
+
+BLOCKS = 4
+# fc1+gelu of block 0 | fc2+add of block i with fc1+gelu of block i+1 | fc2+add of the last block
+PARTITIONS = BLOCKS + 1
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Path]:
+    root = tmp_path / "blocks"
+    shutil.copytree(
+        PROJECTS / "blocks", root, ignore=shutil.ignore_patterns("build", "__pycache__")
+    )
+    saved_path = list(sys.path)
+    yield root
+    sys.path[:] = saved_path
+    forget_project_modules(root)
+
+
+def build(root: Path, store: BlobStore) -> TargetResult:
+    forget_project_modules(root)
+    config = load_config(root / "pyproject.toml")
+    result = build_target(config, config.targets["stack"], store, reuse=False)
+    assert result.status == "ok", result.error
+    return result
+
+
+def put_extra_op_in(root: Path, block: int) -> None:
+    model = root / "models" / "stack.py"
+    text = model.read_text()
+    model.write_text(text.replace("EXTRA_OP_IN_BLOCK = -1", f"EXTRA_OP_IN_BLOCK = {block}"))
+
+
+@pytest.mark.parametrize("block", [0, 2, BLOCKS - 1])
+def test_an_op_inserted_in_one_block_rebuilds_only_that_block(
+    stack: Path, tmp_path: Path, block: int
+) -> None:
+    store = BlobStore(tmp_path / "cache")
+    first = build(stack, store)
+    assert first.cache_misses == PARTITIONS
+
+    put_extra_op_in(stack, block)
+    edited = build(stack, store)
+
+    assert edited.sha256 == sha256(stock_pte(stack, "models/stack.py:make", ["xnnpack"]))
+    assert edited.sha256 != first.sha256
+    # The partition holding the new op is new; every partition after it moved its handles and
+    # was rebased; those before it are exact hits.
+    assert edited.cache_misses == 1
+    assert edited.cache_hits == PARTITIONS - 1
+    assert edited.cache_rebased == PARTITIONS - 1 - block
+
+
+def test_a_rebased_blob_equals_a_fresh_preprocess(stack: Path, tmp_path: Path) -> None:
+    # Build the edited model cold, then rebase the unedited model's cached blobs onto it.
+    put_extra_op_in(stack, 0)
+    fresh_store = BlobStore(tmp_path / "fresh")
+    build(stack, fresh_store)
+    fresh = _entries(fresh_store)
+
+    original = stack.parent / "original"
+    shutil.copytree(PROJECTS / "blocks", original, ignore=shutil.ignore_patterns("build"))
+    old_store = BlobStore(tmp_path / "old")
+    build(original, old_store)
+
+    rebased_any = False
+    for digest, (old_results, old_handles) in _entries(old_store).items():
+        if digest not in fresh:
+            continue  # the partition the edit changed
+        new_results, new_handles = fresh[digest]
+        rebased = rebase("XnnpackBackend", old_results, old_handles, new_handles)
+        assert [r.processed_bytes for r in rebased] == [r.processed_bytes for r in new_results]
+        rebased_any |= old_handles != new_handles
+    assert rebased_any
+
+
+def test_a_blob_that_is_not_xnnpack_is_not_rebased() -> None:
+    with pytest.raises(CannotRebase):
+        rebase_xnnpack_blob(b"\0" * 64, {1: 2})
+    with pytest.raises(CannotRebase):
+        rebase("CoreMLBackend", [], (1,), (2,))
+
+
+def _entries(store: BlobStore) -> dict:
+    entries = {}
+    for path in (store.root / "blobs").rglob("*"):
+        if path.is_file():
+            entries[path.name] = decode_results(store.get(path.name))
+    return entries
+
+
+def test_vulkan_partitions_are_reused_only_before_the_edit(stack: Path, tmp_path: Path) -> None:
+    # Vulkan is keyed with its handles as they are (see lowering/rebase.py): the partitions
+    # before the edit are hits, the edited one and those after it are preprocessed again.
+    pyproject = stack / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('["xnnpack"]', '["vulkan"]'))
+    store = BlobStore(tmp_path / "cache")
+    build(stack, store)
+    put_extra_op_in(stack, BLOCKS - 1)
+
+    edited = build(stack, store)
+    assert edited.sha256 == sha256(stock_pte(stack, "models/stack.py:make", ["vulkan"]))
+    assert (edited.cache_hits, edited.cache_rebased, edited.cache_misses) == (BLOCKS - 1, 0, 2)
