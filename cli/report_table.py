@@ -39,9 +39,7 @@ def _how_built(target: dict[str, Any]) -> str:
         return f"{target['seconds']:.1f} s, program unchanged: kept the .pte"
     cache = target["cache"]
     rebased = f" ({cache['rebased']} rebased)" if cache.get("rebased") else ""
-    return (
-        f"{target['seconds']:.1f} s, cache {cache['hits']} hit{rebased} / {cache['misses']} miss"
-    )
+    return f"{target['seconds']:.1f} s, cache {cache['hits']} hit{rebased} / {cache['misses']} miss"
 
 
 def coverage_text(method: dict[str, Any]) -> str:
