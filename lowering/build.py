@@ -33,7 +33,7 @@ from lowerd.lowering.entry import LoadedEntry, MethodSpec, load_entry
 from lowerd.lowering.errors import ExportError, LowerdError, LoweringError
 from lowerd.lowering.inputs import InputRecorder
 from lowerd.lowering.program_fingerprint import ProgramFingerprint, fingerprint, moved_lines
-from lowerd.lowering.report import MethodReport, method_report
+from lowerd.lowering.report_model import MethodReport
 from lowerd.lowering.source_map import UserFiles
 
 # stage, target name, detail ("3/42" during preprocess)
@@ -207,6 +207,7 @@ class _TargetBuilder:
 
         from lowerd.lowering.preprocess_cache import PreprocessCache
         from lowerd.lowering.reasons import PartitionReasons
+        from lowerd.lowering.report import method_report
 
         self._stage("lower")
         backends = [BACKENDS[name] for name in self.target.backends]

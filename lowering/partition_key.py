@@ -262,20 +262,13 @@ def _encode_value(value: Any, encoder: _Encoder | None = None) -> Any:  # noqa: 
 
 
 def _encode_tensor_meta(tensor: torch.Tensor) -> tuple:
-    """A tensor in metadata (meta["val"], eager_input_vals) is keyed by what it describes."""
-    from executorch.exir.tensor import dim_order_from_stride
-
-    stride = tuple(_encode_value(s) for s in tensor.stride())
-    try:
-        dim_order = tuple(dim_order_from_stride(tensor.stride()))
-    except Exception:  # symbolic or ambiguous strides: the strides themselves are keyed
-        dim_order = None
+    """A tensor in metadata (meta["val"], eager_input_vals) is keyed by what it describes; its
+    strides also decide its dim order."""
     return (
         "tensor",
         str(tensor.dtype),
         tuple(_encode_value(s) for s in tensor.shape),
-        stride,
-        dim_order,
+        tuple(_encode_value(s) for s in tensor.stride()),
         tensor.requires_grad,
     )
 
