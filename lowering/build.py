@@ -29,7 +29,7 @@ from lowerd.lowering.build_state import (
     target_inputs_digest,
 )
 from lowerd.lowering.config import ProjectConfig, TargetConfig
-from lowerd.lowering.entry import LoadedEntry, MethodSpec, load_entry
+from lowerd.lowering.entry import LoadedEntry, MethodSpec, definition_site, load_entry
 from lowerd.lowering.errors import ExportError, LowerdError, LoweringError
 from lowerd.lowering.inputs import InputRecorder
 from lowerd.lowering.program_fingerprint import ProgramFingerprint, fingerprint, moved_lines
@@ -38,7 +38,10 @@ from lowerd.lowering.source_map import UserFiles
 
 # stage, target name, detail ("3/42" during preprocess)
 Progress = Callable[[str, str, str | None], None]
-Stage = Literal["load", "export", "lower", "emit", "write"]
+# method name, its report as soon as partitioning is done (before preprocess): editors show
+# coverage while the slow part still runs.
+Partitioned = Callable[[str, MethodReport], None]
+Stage = Literal["load", "export", "partition", "preprocess", "emit", "write"]
 
 
 @dataclass
@@ -53,6 +56,10 @@ class TargetResult:
     cache_rebased: int = 0  # of the hits, those whose debug handles were renumbered
     methods: dict[str, MethodReport] = field(default_factory=dict)
     error: LowerdError | None = None
+    # Where the entry function and each method's module class are defined: where editors put the
+    # coverage summary. {"file", "line"}, files named like the report's.
+    entry: dict[str, Any] | None = None
+    modules: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Why no lowering ran: "same-program" when every method exported to the program of the
     # last build (a comment or unrelated edit), so its .pte was kept.
     reused: str | None = None
@@ -72,6 +79,8 @@ class TargetResult:
             },
             "methods": {name: report.to_json() for name, report in self.methods.items()},
             "error": self.error.to_json() if self.error else None,
+            "entry": self.entry,
+            "modules": self.modules,
         }
 
 
@@ -81,20 +90,23 @@ def build_target(
     store: BlobStore | None,
     progress: Progress | None = None,
     reuse: bool = True,
+    on_partitioned: Partitioned | None = None,
 ) -> TargetResult:
     """Build one target; a failure is returned as an error result, never raised.
 
     With `reuse`, a target whose methods export to the programs of its last build keeps its .pte.
     """
     started = time.perf_counter()
-    builder = _TargetBuilder(config, target, store, progress or (lambda *_: None))
+    builder = _TargetBuilder(config, target, store, progress or (lambda *_: None), on_partitioned)
     try:
         return builder.run(started, load_state(config, target) if reuse else None)
     except LowerdError as error:
         forget_state(config, target)
         if error.location.file:  # named like the report's source lines: relative to the root
             error.location.file = builder.user_files.display(error.location.file)
-        return TargetResult(target.name, "error", time.perf_counter() - started, error=error)
+        result = TargetResult(target.name, "error", time.perf_counter() - started, error=error)
+        result.entry = builder.entry_site()
+        return result
 
 
 class _TargetBuilder:
@@ -104,13 +116,17 @@ class _TargetBuilder:
         target: TargetConfig,
         store: BlobStore | None,
         progress: Progress,
+        on_partitioned: Partitioned | None,
     ):
         self.config = config
         self.target = target
         self.store = store
         self.progress = progress
+        self.on_partitioned = on_partitioned
         self.user_files = UserFiles(config.root)
         self.entry: LoadedEntry | None = None
+        self.partitions_expected = 0
+        self.partitions_done = 0
 
     def run(self, started: float, previous: TargetState | None) -> TargetResult:
         recorder = InputRecorder(self.user_files, exclude=self.config.out_dir)
@@ -123,8 +139,27 @@ class _TargetBuilder:
             result = self._reuse(previous, program, started)
         else:
             result = self._lower_and_write(exported, started)
+        result.entry = self.entry_site()
+        result.modules = self._module_sites()
         self._record_state(result, recorder, program)
         return result
+
+    def entry_site(self) -> dict[str, Any] | None:
+        if self.entry is None or self.entry.file is None:
+            return None
+        return {"file": self.user_files.display(self.entry.file), "line": self.entry.line}
+
+    def _module_sites(self) -> dict[str, dict[str, Any]]:
+        sites = {}
+        for name, method in self.entry.methods.items():
+            site = definition_site(type(method.module))
+            if site[0] is not None and self.user_files.owns(site[0]):
+                sites[name] = {
+                    "file": self.user_files.display(site[0]),
+                    "line": site[1],
+                    "name": type(method.module).__name__,
+                }
+        return sites
 
     def _same_program(self, previous: TargetState, program: ProgramFingerprint) -> bool:
         return (
@@ -209,14 +244,17 @@ class _TargetBuilder:
         from lowerd.lowering.reasons import PartitionReasons
         from lowerd.lowering.report import method_report
 
-        self._stage("lower")
+        self._stage("partition")
         backends = [BACKENDS[name] for name in self.target.backends]
+        displays = [b.display for b in backends]
         reasons = PartitionReasons()
         partitioners = []
         for backend in backends:
             partitioner = backend.make_partitioner()
             reasons.watch(partitioner, backend.display)
             partitioners.append(partitioner)
+        # The last partitioner to run sees each method's final split into partitions.
+        self._report_when_partitioned(partitioners[-1], displays, list(exported), reasons)
         preprocess = PreprocessCache(self.store, on_preprocess=self._preprocessed)
         try:
             with preprocess.installed():
@@ -225,7 +263,6 @@ class _TargetBuilder:
             raise
         except Exception as error:
             raise self._blame(LoweringError, error, "ExecuTorch lowering failed") from error
-        displays = [b.display for b in backends]
         reports = {
             name: method_report(
                 edge.exported_program(name).graph_module,
@@ -238,8 +275,32 @@ class _TargetBuilder:
         }
         return edge, reports, preprocess
 
+    def _report_when_partitioned(
+        self, partitioner: Any, displays: list[str], methods: list[str], reasons: Any
+    ) -> None:
+        from lowerd.lowering.report import partitioned_report
+
+        # ExecuTorch partitions the methods in order, each once per partitioner.
+        partition = partitioner.partition
+        remaining = iter(methods)
+
+        def partition_and_report(program: Any) -> Any:
+            result = partition(program)
+            method = next(remaining, None)
+            graph = result.tagged_exported_program.graph_module
+            report = partitioned_report(graph, displays[-1], self.user_files, reasons, displays)
+            self.partitions_expected += sum(
+                1 for p in report.partitions if p.backend == displays[-1]
+            )
+            if method is not None and self.on_partitioned is not None:
+                self.on_partitioned(method, report)
+            return result
+
+        partitioner.partition = partition_and_report
+
     def _preprocessed(self, record: Any) -> None:
-        self._stage("lower", f"{record.backend} partition {record.outcome}")
+        self.partitions_done += len(record.blob_digests)
+        self._stage("preprocess", f"{self.partitions_done}/{max(self.partitions_expected, 1)}")
 
     def _emit(self, edge: Any) -> bytes:
         try:

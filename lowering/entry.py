@@ -38,7 +38,7 @@ class LoadedEntry:
 
 def load_entry(config: ProjectConfig, target: TargetConfig) -> LoadedEntry:
     function = _find_function(config, target)
-    file, line = _definition_site(function)
+    file, line = definition_site(function)
     user_files = UserFiles(config.root)
     try:
         returned = function()
@@ -130,10 +130,11 @@ def _module_name(root: Path, path: Path) -> str:
     return ".".join(parts)
 
 
-def _definition_site(function: Callable[[], Any]) -> tuple[str | None, int | None]:
+def definition_site(thing: Any) -> tuple[str | None, int | None]:
+    """File and line where a function or class is defined, when Python can tell."""
     try:
-        file = inspect.getsourcefile(function)
-        _, line = inspect.getsourcelines(function)
+        file = inspect.getsourcefile(thing)
+        _, line = inspect.getsourcelines(thing)
     except (TypeError, OSError):
         return None, None
     return (str(Path(file).resolve()) if file else None), line

@@ -9,6 +9,7 @@ non-delegated although no backend could ever take them.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 
 import torch
 from executorch.devtools.backend_debug import get_delegation_info
@@ -52,6 +53,7 @@ def method_report(
     preprocess: PreprocessCache | None,
     backend_names: list[str],
 ) -> MethodReport:
+    """The report of a lowered method, counted on ExecuTorch's lowered graph."""
     info = get_delegation_info(graph_module)
     report = MethodReport(
         delegated_nodes=info.num_delegated_nodes,
@@ -62,30 +64,81 @@ def method_report(
         coverage=0.0,
     )
     for node in graph_module.graph.nodes:
-        if node.op == "get_attr" and isinstance(
-            getattr(graph_module, node.target, None), LoweredBackendModule
-        ):
-            _add_partition(report, getattr(graph_module, node.target), preprocess)
+        lowered = _lowered_module(graph_module, node)
+        if lowered is not None:
+            record = preprocess.outcome_of_blob(lowered.processed_bytes) if preprocess else None
+            nodes = lowered.original_module.graph.nodes
+            _add_partition(
+                report, _display(lowered.backend_id), nodes, record and record.outcome, user_files
+            )
         elif not is_bookkeeping(node):
-            report.ops += 1
             report.not_delegated.append(_not_delegated(node, user_files, reasons, backend_names))
-    report.ops += report.ops_delegated
-    report.coverage = round(report.ops_delegated / report.ops, 4) if report.ops else 0.0
-    return report
+    return _with_totals(report)
+
+
+def partitioned_report(
+    graph_module: torch.fx.GraphModule,
+    backend: str,
+    user_files: UserFiles,
+    reasons: PartitionReasons,
+    backend_names: list[str],
+) -> MethodReport:
+    """The report as soon as the last partitioner tagged the method, before any preprocess."""
+    report = MethodReport(0, 0, 0, ops=0, ops_delegated=0, coverage=0.0, final=False)
+    tagged: dict[str, list[torch.fx.Node]] = {}
+    for node in graph_module.graph.nodes:
+        lowered = _lowered_module(graph_module, node)
+        if lowered is not None:  # taken by an earlier partitioner
+            nodes = lowered.original_module.graph.nodes
+            _add_partition(report, _display(lowered.backend_id), nodes, None, user_files)
+        elif "delegation_tag" in node.meta and node.op == "call_function":
+            tagged.setdefault(node.meta["delegation_tag"], []).append(node)
+        elif not is_bookkeeping(node):
+            report.not_delegated.append(_not_delegated(node, user_files, reasons, backend_names))
+    for nodes in tagged.values():
+        _add_partition(report, backend, nodes, None, user_files)
+    report.subgraphs = len(report.partitions)
+    return _with_totals(report)
+
+
+def _lowered_module(
+    graph_module: torch.fx.GraphModule, node: torch.fx.Node
+) -> LoweredBackendModule | None:
+    if node.op != "get_attr":
+        return None
+    owner = getattr(graph_module, node.target, None)
+    return owner if isinstance(owner, LoweredBackendModule) else None
+
+
+def _display(backend_id: str) -> str:
+    backend = backend_by_details_class(backend_id)
+    return backend.display if backend else backend_id
 
 
 def _add_partition(
-    report: MethodReport, lowered: LoweredBackendModule, preprocess: PreprocessCache | None
+    report: MethodReport,
+    backend: str,
+    nodes: Iterable[torch.fx.Node],
+    cache: str | None,
+    user_files: UserFiles,
 ) -> None:
-    backend = backend_by_details_class(lowered.backend_id)
-    display = backend.display if backend else lowered.backend_id
-    ops = sum(1 for n in lowered.original_module.graph.nodes if not is_bookkeeping(n))
-    record = preprocess.outcome_of_blob(lowered.processed_bytes) if preprocess else None
-    report.partitions.append(PartitionSummary(display, ops, record.outcome if record else None))
-    totals = report.backends.setdefault(display, {"ops": 0, "partitions": 0})
-    totals["ops"] += ops
+    ops = [node for node in nodes if not is_bookkeeping(node)]
+    sources = []
+    for node in ops:
+        source = user_files.innermost_in_stack_trace(node.meta.get("stack_trace"))
+        if source:
+            sources.append([user_files.display(source.file), source.line, op_name(node)])
+    report.partitions.append(PartitionSummary(backend, len(ops), cache, sources))
+    totals = report.backends.setdefault(backend, {"ops": 0, "partitions": 0})
+    totals["ops"] += len(ops)
     totals["partitions"] += 1
-    report.ops_delegated += ops
+    report.ops_delegated += len(ops)
+
+
+def _with_totals(report: MethodReport) -> MethodReport:
+    report.ops = report.ops_delegated + len(report.not_delegated)
+    report.coverage = round(report.ops_delegated / report.ops, 4) if report.ops else 0.0
+    return report
 
 
 def _not_delegated(
@@ -93,11 +146,10 @@ def _not_delegated(
 ) -> NotDelegatedOp:
     name = op_name(node)
     source = user_files.innermost_in_stack_trace(node.meta.get("stack_trace"))
-    reason = reasons.reason_for(node.name, name, backend_names)
     return NotDelegatedOp(
         op=name,
         file=user_files.display(source.file) if source else None,
         line=source.line if source else None,
-        reason=reason,
+        reason=reasons.reason_for(node.name, name, backend_names),
         node=node.name,
     )

@@ -20,7 +20,10 @@ class NotDelegatedOp:
 class PartitionSummary:
     backend: str
     ops: int
-    cache: str | None  # "hit", "miss", "uncached"; None when preprocess ran outside lowerd's hook
+    # "hit", "rebased", "miss", "uncached"; None when not preprocessed (yet) under lowerd's hook
+    cache: str | None
+    # [file, line, op] of each delegated op that has a user source line: what a hover shows
+    sources: list[list[Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -34,6 +37,9 @@ class MethodReport:
     backends: dict[str, dict[str, int]] = field(default_factory=dict)
     partitions: list[PartitionSummary] = field(default_factory=list)
     not_delegated: list[NotDelegatedOp] = field(default_factory=list)
+    # False for the report made as soon as partitioning is done, before preprocess: its
+    # get_delegation_info counts (delegated_nodes, ...) are 0 and its partitions have no cache.
+    final: bool = True
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,4 +58,7 @@ class MethodReport:
         for op in self.not_delegated:
             if op.file is not None and op.line is not None:
                 op.file, op.line = moves.get((op.file, op.line), (op.file, op.line))
+        for partition in self.partitions:
+            for source in partition.sources:
+                source[0], source[1] = moves.get((source[0], source[1]), (source[0], source[1]))
         return self
