@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
-from lowerd.cache_command import store_for
 from lowerd.lowering.build_state import up_to_date_report
 from lowerd.lowering.config import (
     ProjectConfig,
@@ -18,6 +17,7 @@ from lowerd.lowering.config import (
     load_config,
     select_targets,
 )
+from lowerd.lowering.project_store import store_for
 from lowerd.main import EXIT_OK, EXIT_TARGET_FAILED, print_json
 from lowerd.report_table import format_report
 
