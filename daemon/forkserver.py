@@ -1,0 +1,171 @@
+"""The warm fork server: imports torch and ExecuTorch once, then forks one fresh worker per build.
+
+Run as `python -m lowerd.daemon.forkserver --fd N` by the daemon's WorkerPool. It talks to the
+daemon over a SOCK_SEQPACKET socket (one msgpack message per packet); each build request carries
+the write end of a pipe (SCM_RIGHTS), which the forked worker uses to stream its events straight
+to the daemon. A worker imports the user's modules into a fresh process: no importlib.reload, and
+no state left over from the previous build. The fork server itself never runs user code.
+
+messages in:  {"op": "build", "id", "config", "target", "memory_limit", "use_cache"} + pipe fd
+messages out: {"op": "ready"}, {"op": "started", "id", "pid"}, {"op": "exited", "id", "status"}
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from lowerd.daemon.frames import write_frame
+
+MAX_MESSAGE = 64 * 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fd", type=int, required=True)
+    parser.add_argument("--preload", default="xnnpack", help="backends to import up front")
+    args = parser.parse_args()
+    channel = socket.socket(fileno=args.fd)
+    _preload(args.preload.split(",") if args.preload else [])
+    _send(channel, {"op": "ready"})
+    _serve(channel)
+
+
+def _preload(backends: list[str]) -> None:
+    """Everything a build imports that does not depend on the user: paid once, not per build."""
+    import executorch.exir  # noqa: F401
+    import torch  # noqa: F401
+
+    import lowerd.lowering.build  # noqa: F401
+    import lowerd.lowering.preprocess_cache  # noqa: F401
+    import lowerd.lowering.report  # noqa: F401
+    from lowerd.lowering.backends import BACKENDS
+
+    for name in backends:
+        if name in BACKENDS:
+            BACKENDS[name].make_partitioner()
+
+
+def _serve(channel: socket.socket) -> None:
+    running: dict[int, int] = {}  # pid -> build id
+    while True:
+        readable, _, _ = select.select([channel], [], [], 0.05)
+        _reap(channel, running)
+        if not readable:
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, 1)
+        except OSError:
+            data, fds = b"", []
+        if not data:  # the daemon is gone: so are we, and so are our workers
+            for pid in running:
+                _kill_group(pid)
+            return
+        request = msgpack.unpackb(data, raw=False)
+        if request.get("op") == "build" and fds:
+            pid = _fork_worker(channel, request, fds[0])
+            running[pid] = request["id"]
+            _send(channel, {"op": "started", "id": request["id"], "pid": pid})
+        for fd in fds:
+            os.close(fd)
+
+
+def _reap(channel: socket.socket, running: dict[int, int]) -> None:
+    while running:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        build_id = running.pop(pid, None)
+        if build_id is not None:
+            _send(channel, {"op": "exited", "id": build_id, "status": status})
+
+
+def _fork_worker(channel: socket.socket, request: dict[str, Any], fd: int) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    # The worker: its own process group, so that killing the build also ends what it spawned.
+    code = 1
+    try:
+        channel.close()
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if request.get("memory_limit"):
+            limit = int(request["memory_limit"])
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        with os.fdopen(fd, "wb") as events:
+            _build(request, events)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _build(request: dict[str, Any], events: Any) -> None:
+    from lowerd.lowering.build import build_target
+    from lowerd.lowering.config import load_config
+    from lowerd.lowering.errors import LowerdError
+    from lowerd.lowering.project_store import store_for
+
+    def progress(stage: str, target: str, detail: str | None) -> None:
+        write_frame(events, {"type": "progress", "stage": stage, "detail": detail})
+
+    def partitioned(method: str, report: Any) -> None:
+        write_frame(events, {"type": "partitioned", "method": method, "report": report.to_json()})
+
+    try:
+        config = load_config(Path(request["config"]))
+        target = config.targets[request["target"]]
+        store = store_for(config) if request.get("use_cache", True) else None
+    except (LowerdError, KeyError) as error:
+        write_frame(events, {"type": "result", "result": _config_failure(request, error)})
+        return
+    os.chdir(config.root)  # entries open files relative to their project, as scripts do
+    sys.argv = [str(config.path)]
+    result = build_target(config, target, store, progress, on_partitioned=partitioned)
+    write_frame(events, {"type": "result", "result": result.to_json()})
+
+
+def _config_failure(request: dict[str, Any], error: Exception) -> dict[str, Any]:
+    from lowerd.lowering.errors import LowerdError
+
+    details = (
+        error.to_json()
+        if isinstance(error, LowerdError)
+        else {
+            "kind": "config-error",
+            "message": f"no target {request['target']!r} in {request['config']}",
+            "file": request["config"],
+            "line": None,
+        }
+    )
+    return {"name": request["target"], "status": "error", "error": details, "methods": {}}
+
+
+def _send(channel: socket.socket, message: dict[str, Any]) -> None:
+    channel.send(msgpack.packb(message, use_bin_type=True))
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+if __name__ == "__main__":
+    main()

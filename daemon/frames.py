@@ -1,0 +1,47 @@
+"""Length-prefixed msgpack frames: how a build worker streams events to the daemon over a pipe.
+
+msgpack only, never pickle: nothing a worker (running user code) writes can execute in the daemon.
+"""
+
+from __future__ import annotations
+
+from typing import Any, BinaryIO
+
+import msgpack
+
+_LENGTH = 4
+MAX_FRAME = 64 * 1024 * 1024  # a report of a huge model is megabytes; anything past this is junk
+
+
+class FrameError(Exception):
+    pass
+
+
+def encode_frame(message: dict[str, Any]) -> bytes:
+    payload = msgpack.packb(message, use_bin_type=True)
+    return len(payload).to_bytes(_LENGTH, "big") + payload
+
+
+def write_frame(stream: BinaryIO, message: dict[str, Any]) -> None:
+    stream.write(encode_frame(message))
+    stream.flush()
+
+
+def frame_length(header: bytes) -> int:
+    length = int.from_bytes(header, "big")
+    if length > MAX_FRAME:
+        raise FrameError(f"frame of {length} bytes exceeds {MAX_FRAME}")
+    return length
+
+
+def decode_payload(payload: bytes) -> dict[str, Any]:
+    try:
+        message = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except Exception as error:
+        raise FrameError(f"undecodable frame: {error}") from error
+    if not isinstance(message, dict):
+        raise FrameError(f"frame is a {type(message).__name__}, not a map")
+    return message
+
+
+HEADER_SIZE = _LENGTH

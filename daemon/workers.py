@@ -1,0 +1,303 @@
+"""Warm, isolated build workers for the daemon.
+
+The daemon never imports torch and never runs user code. A fork server (daemon/forkserver.py)
+imports torch and ExecuTorch once; each build is a fresh fork of it. A build that raises, crashes,
+hangs past its timeout or runs out of memory ends only its own process: its result is an error
+(`worker-crash`, `worker-timeout`, `cancelled`) and the next build starts from the warm server.
+A fork server that dies is started again on the next build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from lowerd.daemon.frames import HEADER_SIZE, FrameError, decode_payload, frame_length
+
+EventCallback = Callable[[dict[str, Any]], None]
+# How long a worker's exit status may trail the end of its event pipe.
+EXIT_STATUS_GRACE = 5.0
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    config_path: str
+    target: str
+    timeout: float | None = None  # seconds
+    memory_limit: int | None = None  # bytes of address space (RLIMIT_AS)
+    use_cache: bool = True
+
+
+@dataclass
+class BuildHandle:
+    build_id: int
+    request: BuildRequest
+    _result: asyncio.Future = field(repr=False)
+    _pool: WorkerPool = field(repr=False)
+    pid: int | None = None
+    ended_by: str | None = None  # "cancelled" or "worker-timeout" once the daemon killed it
+
+    def cancel(self) -> None:
+        self._pool._end(self, "cancelled")
+
+    async def result(self) -> dict[str, Any]:
+        return await asyncio.shield(self._result)
+
+
+class WorkerPool:
+    def __init__(self, max_workers: int = 2, preload: tuple[str, ...] = ("xnnpack",)):
+        self.max_workers = max_workers
+        self.preload = preload
+        self._ids = itertools.count(1)
+        self._slots: asyncio.Semaphore | None = None
+        self._server: _ForkServer | None = None
+        self._starting: asyncio.Lock | None = None
+
+    async def start(self) -> None:
+        await self._fork_server()
+
+    def submit(self, request: BuildRequest, on_event: EventCallback) -> BuildHandle:
+        loop = asyncio.get_running_loop()
+        handle = BuildHandle(next(self._ids), request, loop.create_future(), self)
+        loop.create_task(self._run(handle, on_event))
+        return handle
+
+    async def close(self) -> None:
+        if self._server is not None:
+            await self._server.close()
+            self._server = None
+
+    async def _fork_server(self) -> _ForkServer:
+        if self._starting is None:
+            self._starting = asyncio.Lock()
+            self._slots = asyncio.Semaphore(self.max_workers)
+        async with self._starting:
+            if self._server is None or not self._server.alive:
+                if self._server is not None:
+                    await self._server.close()
+                self._server = await _ForkServer.start(self.preload)
+            return self._server
+
+    async def _run(self, handle: BuildHandle, on_event: EventCallback) -> None:
+        try:
+            result = await self._build(handle, on_event)
+        except Exception as error:  # the daemon must outlive any failure of a build
+            result = _failure(handle, "worker-crash", f"build worker failed: {error}")
+        if not handle._result.done():
+            handle._result.set_result(result)
+
+    async def _build(self, handle: BuildHandle, on_event: EventCallback) -> dict[str, Any]:
+        server = await self._fork_server()
+        assert self._slots is not None
+        async with self._slots:
+            if handle.ended_by:  # cancelled while queued
+                return _failure(handle, handle.ended_by, "build cancelled before it started")
+            read_end, write_end = os.pipe()
+            try:
+                started = server.fork(handle, write_end)
+            finally:
+                os.close(write_end)
+            events, pipe = await _open_reader(read_end)
+            try:
+                handle.pid = (await started)["pid"]
+                if handle.ended_by:  # cancelled while the fork was on its way
+                    self._kill(handle)
+                timer = self._arm_timeout(handle)
+                try:
+                    result = await _read_events(events, on_event)
+                finally:
+                    if timer:
+                        timer.cancel()
+            finally:
+                pipe.close()
+            status = await server.exit_status(handle.build_id)
+        if handle.ended_by:
+            return _failure(handle, handle.ended_by, _ended_message(handle))
+        if result is None:
+            return _failure(handle, "worker-crash", _crash_message(handle, status))
+        return result
+
+    def _arm_timeout(self, handle: BuildHandle) -> asyncio.TimerHandle | None:
+        if not handle.request.timeout:
+            return None
+        loop = asyncio.get_running_loop()
+        return loop.call_later(handle.request.timeout, self._end, handle, "worker-timeout")
+
+    def _end(self, handle: BuildHandle, reason: str) -> None:
+        if handle.ended_by or handle._result.done():
+            return
+        handle.ended_by = reason
+        if handle.pid is not None:
+            self._kill(handle)
+
+    @staticmethod
+    def _kill(handle: BuildHandle) -> None:
+        try:
+            os.killpg(handle.pid, signal.SIGKILL)  # the worker leads its own process group
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class _ForkServer:
+    """The daemon's side of one fork-server process."""
+
+    def __init__(self, process: subprocess.Popen, channel: socket.socket):
+        self.process = process
+        self.channel = channel
+        self.closed = False
+        self._waiting: dict[tuple[str, int], asyncio.Future] = {}
+        self._exits: dict[int, int] = {}
+        self._reader: asyncio.Task | None = None
+
+    @classmethod
+    async def start(cls, preload: tuple[str, ...]) -> _ForkServer:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = [sys.executable, "-m", "lowerd.daemon.forkserver", "--fd", str(theirs.fileno())]
+        process = subprocess.Popen(
+            [*command, "--preload", ",".join(preload)],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=sys.stderr.fileno(),  # user prints must never reach an LSP client on stdout
+        )
+        theirs.close()
+        ours.setblocking(False)
+        server = cls(process, ours)
+        ready = server._expect("ready", 0)
+        server._reader = asyncio.get_running_loop().create_task(server._read())
+        await ready
+        return server
+
+    @property
+    def alive(self) -> bool:
+        return not self.closed and self.process.poll() is None
+
+    def fork(self, handle: BuildHandle, write_end: int) -> asyncio.Future:
+        request = handle.request
+        message = {
+            "op": "build",
+            "id": handle.build_id,
+            "config": request.config_path,
+            "target": request.target,
+            "memory_limit": request.memory_limit,
+            "use_cache": request.use_cache,
+        }
+        started = self._expect("started", handle.build_id)
+        socket.send_fds(self.channel, [msgpack.packb(message, use_bin_type=True)], [write_end])
+        return started
+
+    async def exit_status(self, build_id: int) -> int | None:
+        if build_id in self._exits:
+            return self._exits.pop(build_id)
+        waiting = self._expect("exited", build_id)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiting), EXIT_STATUS_GRACE)
+        except TimeoutError:
+            return None
+        return self._exits.pop(build_id, None)
+
+    async def close(self) -> None:
+        self.closed = True
+        self.channel.close()
+        if self._reader:
+            self._reader.cancel()
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.process.wait), 5)
+        except TimeoutError:
+            self.process.kill()
+
+    def _expect(self, op: str, build_id: int) -> asyncio.Future:
+        future = asyncio.get_running_loop().create_future()
+        # An answer nobody awaits any more (the server died first) must not log an error.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._waiting[(op, build_id)] = future
+        return future
+
+    async def _read(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                data = await loop.sock_recv(self.channel, 65536)
+                if not data:
+                    break
+                message = msgpack.unpackb(data, raw=False)
+                if message["op"] == "exited":
+                    self._exits[message["id"]] = message["status"]
+                waiting = self._waiting.pop((message["op"], message.get("id", 0)), None)
+                if waiting and not waiting.done():
+                    waiting.set_result(message)
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            self.closed = True
+            for waiting in self._waiting.values():
+                if not waiting.done():
+                    waiting.set_exception(ConnectionError("the fork server exited"))
+            self._waiting.clear()
+
+
+async def _open_reader(read_end: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2**26)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_end, "rb", buffering=0)
+    )
+    return reader, transport
+
+
+async def _read_events(events: asyncio.StreamReader, on_event: EventCallback) -> dict | None:
+    """Forward the worker's events; its result, or None if the pipe ended without one."""
+    while True:
+        try:
+            header = await events.readexactly(HEADER_SIZE)
+            message = decode_payload(await events.readexactly(frame_length(header)))
+        except (asyncio.IncompleteReadError, FrameError):
+            return None
+        if message.get("type") == "result":
+            return message.get("result")
+        try:
+            on_event(message)
+        except Exception:  # a failing listener must not lose the build's result
+            pass
+
+
+def _failure(handle: BuildHandle, kind: str, message: str) -> dict[str, Any]:
+    return {
+        "name": handle.request.target,
+        "status": "error",
+        "seconds": 0.0,
+        "output": None,
+        "sha256": None,
+        "reused": None,
+        "cache": {"hits": 0, "misses": 0, "rebased": 0},
+        "methods": {},
+        "error": {"kind": kind, "message": message, "file": None, "line": None},
+        "entry": None,
+        "modules": {},
+    }
+
+
+def _ended_message(handle: BuildHandle) -> str:
+    if handle.ended_by == "worker-timeout":
+        return f"the build did not finish within {handle.request.timeout:g} s and was stopped"
+    return "the build was cancelled"
+
+
+def _crash_message(handle: BuildHandle, status: int | None) -> str:
+    limit = handle.request.memory_limit
+    memory = f" (memory limit {limit // 2**20} MiB)" if limit else ""
+    if status is None:
+        return "the build worker ended without a result"
+    if os.WIFSIGNALED(status):
+        name = signal.Signals(os.WTERMSIG(status)).name
+        return f"the build worker was killed by {name}{memory}"
+    return f"the build worker exited with code {os.WEXITSTATUS(status)} before finishing{memory}"

@@ -1,0 +1,114 @@
+"""The daemon's build workers: warm forks that die alone, never taking the daemon with them."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from lowerd.daemon.workers import BuildRequest, WorkerPool
+
+from stock import PROJECTS, sha256, stock_pte
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest.fixture(scope="module")
+def crashy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("crashy") / "project"
+    shutil.copytree(PROJECTS / "crashy", root)
+    return root
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def pool(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WorkerPool]:
+    with pytest.MonkeyPatch.context() as env:  # the fork server inherits the cache location
+        env.setenv("LOWERD_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        workers = WorkerPool(max_workers=2)
+        await workers.start()
+        yield workers
+        await workers.close()
+
+
+async def build(pool: WorkerPool, root: Path, target: str, **limits) -> tuple[dict, list[dict]]:
+    events: list[dict] = []
+    request = BuildRequest(str(root / "pyproject.toml"), target, **limits)
+    handle = pool.submit(request, events.append)
+    return await handle.result(), events
+
+
+async def test_a_build_streams_progress_and_partitions_then_its_result(
+    pool: WorkerPool, crashy: Path
+) -> None:
+    result, events = await build(pool, crashy, "ok")
+    assert result["status"] == "ok", result
+    stages = [e["stage"] for e in events if e["type"] == "progress"]
+    assert stages[:3] == ["load", "export", "partition"] and "emit" in stages
+    [partitioned] = [e for e in events if e["type"] == "partitioned"]
+    assert partitioned["method"] == "forward" and partitioned["report"]["final"] is False
+    # Partitioning is reported before any preprocess.
+    assert events.index(partitioned) < stages.index("emit")
+    expected = sha256(stock_pte(crashy, "models/nets.py:ok", ["xnnpack"]))
+    assert result["sha256"] == expected == sha256(Path(result["output"]).read_bytes())
+
+
+@pytest.mark.parametrize(
+    ("target", "kind", "words"),
+    [
+        ("exits", "worker-crash", "exited with code 1"),
+        ("killed", "worker-crash", "SIGKILL"),
+    ],
+)
+async def test_a_dying_worker_is_an_error_and_the_next_build_works(
+    pool: WorkerPool, crashy: Path, target: str, kind: str, words: str
+) -> None:
+    result, _ = await build(pool, crashy, target)
+    assert result["status"] == "error"
+    assert result["error"]["kind"] == kind and words in result["error"]["message"], result
+    again, _ = await build(pool, crashy, "ok")
+    assert again["status"] == "ok"
+
+
+async def test_a_hanging_worker_is_stopped_at_its_timeout(pool: WorkerPool, crashy: Path) -> None:
+    result, _ = await build(pool, crashy, "hangs", timeout=3.0)
+    assert result["error"]["kind"] == "worker-timeout", result
+    assert "3 s" in result["error"]["message"]
+
+
+async def test_a_worker_past_its_memory_limit_ends_alone(pool: WorkerPool, crashy: Path) -> None:
+    result, _ = await build(pool, crashy, "hungry", memory_limit=3 * 2**30, timeout=60.0)
+    assert result["status"] == "error", result
+    assert result["error"]["kind"] in {"worker-crash", "entry-error"}, result
+    assert "MemoryError" in result["error"]["message"] or "memory" in result["error"]["message"]
+
+
+async def test_an_exception_in_user_code_is_reported_at_its_line(
+    pool: WorkerPool, crashy: Path
+) -> None:
+    result, _ = await build(pool, crashy, "raises")
+    error = result["error"]
+    assert (error["kind"], error["file"]) == ("entry-error", "models/nets.py")
+    assert "the model is broken" in error["message"]
+
+
+async def test_a_cancelled_build_ends_and_the_pool_goes_on(pool: WorkerPool, crashy: Path) -> None:
+    events: list[dict] = []
+    handle = pool.submit(BuildRequest(str(crashy / "pyproject.toml"), "hangs"), events.append)
+    while handle.pid is None:
+        await asyncio.sleep(0.05)
+    handle.cancel()
+    result = await handle.result()
+    assert result["error"]["kind"] == "cancelled"
+    again, _ = await build(pool, crashy, "ok")
+    assert again["status"] == "ok"
+
+
+async def test_a_killed_fork_server_is_started_again(pool: WorkerPool, crashy: Path) -> None:
+    pool._server.process.kill()
+    pool._server.process.wait()
+    result, _ = await build(pool, crashy, "ok")
+    assert result["status"] == "ok", result
