@@ -27,7 +27,15 @@ PYPROJECT = "pyproject.toml"
 DEFAULT_BACKENDS: tuple[str, ...] = ("xnnpack",)
 DEFAULT_OUT_DIR = "build"
 
-PROJECT_KEYS = ("backends", "out_dir", "cache_dir", "cache_max_size", "timeout", "targets")
+PROJECT_KEYS = (
+    "backends",
+    "out_dir",
+    "cache_dir",
+    "cache_max_size",
+    "timeout",
+    "daemon",
+    "targets",
+)
 TARGET_KEYS = ("entry", "backends")
 
 # A key's position in the TOML document; ints index array elements.
@@ -74,6 +82,8 @@ class ProjectConfig:
     cache_dir: Path | None
     cache_max_size: str | None
     timeout: float | None
+    # `lowerd build` starts the project's daemon when none runs (as `--daemon` does).
+    daemon: bool
     targets: dict[str, TargetConfig]
     # sha256 of the [tool.lowerd] table, canonically serialized: changes iff the config does.
     digest: str
@@ -212,6 +222,7 @@ class _Reader:
             cache_dir=root / self.folder(table, "cache_dir") if "cache_dir" in table else None,
             cache_max_size=self.size(table.get("cache_max_size")),
             timeout=self.timeout(table.get("timeout")),
+            daemon=self.flag(table, "daemon"),
             targets=self.targets(table.get("targets"), backends),
             digest=_digest(table),
         )
@@ -328,6 +339,14 @@ class _Reader:
                 (*LOWERD, "timeout"),
             )
         return float(value)
+
+    def flag(self, table: dict[str, Any], name: str) -> bool:
+        value = table.get(name, False)
+        if not isinstance(value, bool):
+            raise self.error(
+                f"{name} must be true or false, got {_describe(value)}", (*LOWERD, name)
+            )
+        return value
 
     def check_keys(
         self, table: dict[str, Any], allowed: Sequence[str], key: KeyPath, where: str

@@ -55,6 +55,7 @@ def test_minimal_config_takes_defaults(tmp_path: Path) -> None:
     assert config.cache_dir is None
     assert config.cache_max_size is None
     assert config.timeout is None
+    assert config.daemon is False
     assert config.targets == {
         "vit": TargetConfig(
             name="vit", entry="models/vit.py:make", backends=("xnnpack",), line=4, entry_line=5
@@ -74,6 +75,7 @@ def test_full_config_with_overrides(tmp_path: Path) -> None:
         cache_dir = ".cache/lowerd"
         cache_max_size = "5G"
         timeout = 600
+        daemon = true
 
         [tool.lowerd.targets.vit]
         entry = "models/vit.py:make"
@@ -89,11 +91,12 @@ def test_full_config_with_overrides(tmp_path: Path) -> None:
     assert config.cache_dir == tmp_path / ".cache" / "lowerd"
     assert config.cache_max_size == "5G"
     assert config.timeout == 600.0 and isinstance(config.timeout, float)
+    assert config.daemon is True
     assert list(config.targets) == ["vit", "mlp"]
 
     vit, mlp = config.targets["vit"], config.targets["mlp"]
-    assert (vit.backends, vit.line) == (("xnnpack", "coreml"), 8)
-    assert (mlp.backends, mlp.line) == (("vulkan", "xnnpack"), 12)
+    assert (vit.backends, vit.line) == (("xnnpack", "coreml"), 9)
+    assert (mlp.backends, mlp.line) == (("vulkan", "xnnpack"), 13)
     assert config.output_path("mlp") == tmp_path / "out" / "pte" / "mlp.pte"
 
 
@@ -353,7 +356,8 @@ def test_no_lowerd_table(tmp_path: Path) -> None:
             [
                 "unknown key 'outdir' in [tool.lowerd]",
                 "unknown key 'outdir' in [tool.lowerd] (did you mean 'out_dir'?); allowed keys",
-                "allowed keys: backends, out_dir, cache_dir, cache_max_size, timeout, targets",
+                "allowed keys: backends, out_dir, cache_dir, cache_max_size, timeout, daemon, "
+                "targets",
             ],
             id="unknown-project-key",
         ),
@@ -571,6 +575,16 @@ def test_no_lowerd_table(tmp_path: Path) -> None:
             2,
             ["the boolean true"],
             id="timeout-boolean",
+        ),
+        pytest.param(
+            """\
+            [tool.lowerd]
+            targets.a.entry = "a.py:f"
+            daemon = "yes"
+            """,
+            3,
+            ["daemon must be true or false", 'the string "yes"'],
+            id="daemon-not-a-boolean",
         ),
         pytest.param(
             """\
