@@ -71,6 +71,11 @@ def _parser() -> argparse.ArgumentParser:
     gc.add_argument("--max-size", help="keep at most this much, e.g. 2G (default: the cap)")
     gc.set_defaults(run=_run_cache_gc)
     cache_commands.add_parser("clear", help="remove every entry").set_defaults(run=_run_cache_clear)
+
+    serve = commands.add_parser("serve", help="run the language server editors start (stdio)")
+    serve.add_argument("--tcp", metavar="HOST:PORT", type=_host_port, help="listen on TCP instead")
+    serve.add_argument("--workers", type=_positive_int, default=2, help="builds run at once")
+    serve.set_defaults(run=_run_serve)
     return parser
 
 
@@ -79,6 +84,19 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return value
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, colon, port = text.rpartition(":")
+    if not colon or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError("expected HOST:PORT, e.g. 127.0.0.1:2087")
+    return host or "127.0.0.1", int(port)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    from lowerd.daemon.server import serve
+
+    return serve(tcp=args.tcp, workers=args.workers)
 
 
 def _run_build(args: argparse.Namespace) -> int:

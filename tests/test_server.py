@@ -1,0 +1,446 @@
+"""`lowerd serve` end to end: a real pytest-lsp client drives the real server over stdio, on a
+copy of tests/projects/editor, with real builds in the real worker pool.
+
+One server serves the whole module (its fork server's warm-up costs seconds): each test leaves
+the project as it found it and waits until the server shows the restored state. Tests wait for
+events (diagnostics, the server's lowerd/buildStarted and lowerd/buildFinished notifications)
+with a deadline that only guards against a hang; nothing measures time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from lsprotocol import types
+from pygls.protocol import default_converter
+from pytest_lsp import LanguageClient, client_capabilities
+from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+PROJECT = Path(__file__).parent / "projects" / "editor"
+DEADLINE_SECONDS = 120  # a guard against a hung server, never a measurement
+BUILD_STARTED, BUILD_FINISHED = "lowerd/buildStarted", "lowerd/buildFinished"
+_LINE_MARK = re.compile(r"LINE-MARK: (\S+)\s*$")
+
+
+# The editor: a client that records what the server sends, in order --------------------------
+
+
+@dataclass
+class Editor:
+    client: LanguageClient
+    root: Path
+    # ("diagnostics", uri, [Diagnostic]) | ("started", params) | ("finished", params)
+    # | ("lens-refresh",), in the order received
+    events: list[tuple[Any, ...]] = field(default_factory=list)
+    versions: dict[str, int] = field(default_factory=dict)
+
+    def path(self, relative: str) -> Path:
+        return self.root / relative
+
+    def uri(self, relative: str) -> str:
+        return self.path(relative).as_uri()
+
+    def line(self, mark: str) -> tuple[str, int]:
+        """(file relative to the root, 1-based line) of a LINE-MARK."""
+        for path in sorted(self.root.rglob("*")):
+            if path.suffix in (".py", ".toml") and "build" not in path.parts:
+                for number, text in enumerate(path.read_text().splitlines(), start=1):
+                    match = _LINE_MARK.search(text)
+                    if match and match[1] == mark:
+                        return path.relative_to(self.root).as_posix(), number
+        raise AssertionError(f"no LINE-MARK {mark}")
+
+    def diagnostics(self, relative: str) -> list[types.Diagnostic]:
+        return list(self.client.diagnostics.get(self.uri(relative), []))
+
+    def at(self, mark: str, code: str | None = None) -> list[types.Diagnostic]:
+        relative, line = self.line(mark)
+        return [
+            d
+            for d in self.diagnostics(relative)
+            if d.range.start.line == line - 1 and (code is None or d.code == code)
+        ]
+
+    def open(self, relative: str) -> None:
+        self.versions[relative] = 1
+        self.client.text_document_did_open(
+            types.DidOpenTextDocumentParams(
+                types.TextDocumentItem(
+                    uri=self.uri(relative),
+                    language_id="python",
+                    version=1,
+                    text=self.path(relative).read_text(),
+                )
+            )
+        )
+
+    def save(self, relative: str, text: str) -> None:
+        """What an editor does on save: the buffer changes, the file is written, didSave."""
+        uri = self.uri(relative)
+        if relative in self.versions:
+            self.versions[relative] += 1
+            self.client.text_document_did_change(
+                types.DidChangeTextDocumentParams(
+                    text_document=types.VersionedTextDocumentIdentifier(
+                        uri=uri, version=self.versions[relative]
+                    ),
+                    content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
+                )
+            )
+        self.path(relative).write_text(text)
+        self.client.text_document_did_save(
+            types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(uri=uri))
+        )
+
+    def replace_line(self, mark: str, new: str) -> tuple[str, str]:
+        """The text of the mark's file with its line replaced (indentation kept) and the text
+        before: (edited, original)."""
+        relative, line = self.line(mark)
+        original = self.path(relative).read_text()
+        lines = original.splitlines(keepends=True)
+        indent = lines[line - 1][: len(lines[line - 1]) - len(lines[line - 1].lstrip())]
+        lines[line - 1] = f"{indent}{new}  # LINE-MARK: {mark}\n"
+        return "".join(lines), original
+
+    def finished(self, target: str, since: int = 0) -> list[dict[str, Any]]:
+        return [
+            e[1]
+            for e in self.events[since:]
+            if e[0] == "finished" and e[1]["target"] == target and e[1]["current"]
+        ]
+
+    def started(self, target: str, since: int = 0) -> list[dict[str, Any]]:
+        return [e[1] for e in self.events[since:] if e[0] == "started" and e[1]["target"] == target]
+
+    async def until(self, what: str, condition: Callable[[], Any]) -> Any:
+        """Polls the recorded state until the condition holds; fails after the deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DEADLINE_SECONDS
+        while not (value := condition()):
+            if loop.time() > deadline or self.client._server.returncode is not None:
+                pytest.fail(f"never: {what}\nevents: {self.events[-20:]}")
+            await asyncio.sleep(0.05)
+        return value
+
+    async def built(self, target: str, since: int) -> dict[str, Any]:
+        """The first current build result of the target after event `since`."""
+        found = await self.until(f"{target} built", lambda: self.finished(target, since))
+        return found[0]
+
+
+def make_client(events: list[tuple[Any, ...]]) -> LanguageClient:
+    client = LanguageClient(converter_factory=default_converter)
+    publish = DEFAULT_CLIENT_FEATURES[types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS]
+
+    def on_publish(client: LanguageClient, params: types.PublishDiagnosticsParams) -> None:
+        publish(client, params)
+        events.append(("diagnostics", params.uri, list(params.diagnostics)))
+
+    def on_started(client: LanguageClient, params: Any) -> None:
+        events.append(("started", _as_dict(params)))
+
+    def on_finished(client: LanguageClient, params: Any) -> None:
+        events.append(("finished", _as_dict(params)))
+
+    def on_lens_refresh(client: LanguageClient, params: None) -> None:
+        events.append(("lens-refresh",))
+
+    features = {
+        **DEFAULT_CLIENT_FEATURES,
+        types.WORKSPACE_CODE_LENS_REFRESH: on_lens_refresh,
+        types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: on_publish,
+        BUILD_STARTED: on_started,
+        BUILD_FINISHED: on_finished,
+    }
+    register_lsp_features(client, features)
+    return client
+
+
+def _as_dict(params: Any) -> dict[str, Any]:
+    return params if isinstance(params, dict) else dict(params._asdict())
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("editor") / "project"
+    shutil.copytree(PROJECT, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    return root
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def editor(project: Path, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Editor]:
+    events: list[tuple[Any, ...]] = []
+    client = make_client(events)
+    env = dict(os.environ, LOWERD_CACHE_DIR=str(tmp_path_factory.mktemp("cache")))
+    await client.start_io(sys.executable, "-m", "lowerd", "serve", env=env, cwd=str(project))
+    await client.initialize_session(
+        types.InitializeParams(
+            capabilities=client_capabilities("visual-studio-code"),
+            root_uri=project.as_uri(),
+            workspace_folders=[types.WorkspaceFolder(uri=project.as_uri(), name="project")],
+            initialization_options={"lowerd": {"notDelegatedSeverity": "warning"}},
+        )
+    )
+    editor = Editor(client, project, events)
+    await editor.built("net", 0)
+    await editor.built("refused", 0)
+    yield editor
+    await client.shutdown_session()
+    await client.stop()
+
+
+# What the editor shows ----------------------------------------------------------------------
+
+
+async def test_open_shows_refused_ops_at_their_lines_and_coverage(editor: Editor) -> None:
+    editor.open("models/refused.py")
+    await editor.until("pow warning", lambda: editor.at("refused.pow", "not-delegated"))
+    [pow_warning] = editor.at("refused.pow", "not-delegated")
+    assert pow_warning.severity == types.DiagnosticSeverity.Warning
+    assert "aten.pow.Tensor_Scalar" in pow_warning.message
+    assert "only support power == 2, got 3" in pow_warning.message
+    [cumsum] = editor.at("refused.cumsum", "not-delegated")
+    assert "aten.cumsum.default" in cumsum.message and "no XNNPACK support" in cumsum.message
+    summary = "forward: 2 of 4 ops on XNNPACK in 2 partitions (50 %)"
+    for mark in ("refused.entry", "refused.module"):
+        [coverage] = editor.at(mark, "coverage")
+        assert summary in coverage.message
+        assert coverage.severity == types.DiagnosticSeverity.Information
+    assert not editor.at("refused.linear")
+    assert all(d.source == "lowerd" for d in editor.diagnostics("models/refused.py"))
+    # The fully delegated model: coverage only.
+    net = editor.diagnostics("models/net.py")
+    assert {d.code for d in net} == {"coverage"}
+    assert "forward: 2 of 2 ops on XNNPACK in 1 partition (100 %)" in net[0].message
+
+
+async def test_coverage_is_shown_before_the_build_finishes(editor: Editor) -> None:
+    """Diagnostics-first: the partitioned report is published before preprocess and emission
+    end, so the first coverage for net.py precedes the end of net's first build."""
+    uri = editor.uri("models/net.py")
+    first_coverage = next(
+        i
+        for i, e in enumerate(editor.events)
+        if e[0] == "diagnostics" and e[1] == uri and any(d.code == "coverage" for d in e[2])
+    )
+    first_finished = next(
+        i for i, e in enumerate(editor.events) if e[0] == "finished" and e[1]["target"] == "net"
+    )
+    assert first_coverage < first_finished
+
+
+async def test_progress_reports_build_stages(editor: Editor) -> None:
+    reports = editor.client.progress_reports
+    builds = [values for values in reports.values() if values]
+    assert builds, "no $/progress"
+    for values in builds:
+        assert isinstance(values[0], types.WorkDoneProgressBegin)
+        assert isinstance(values[-1], types.WorkDoneProgressEnd)
+    messages = " ".join(
+        v.message or "" for vs in builds for v in vs if isinstance(v, types.WorkDoneProgressReport)
+    )
+    for stage in ("export", "partition", "preprocess 1/1", "emit"):
+        assert stage in messages
+
+
+async def test_code_lens_and_hover(editor: Editor) -> None:
+    relative, entry_line = editor.line("refused.entry")
+    lenses = await editor.client.text_document_code_lens_async(
+        types.CodeLensParams(types.TextDocumentIdentifier(editor.uri(relative)))
+    )
+    assert lenses and all(lens.range.start.line == entry_line - 1 for lens in lenses)
+    titles = {lens.command.title: lens.command for lens in lenses if lens.command}
+    [summary] = [title for title in titles if "forward: 2 of 4 ops on XNNPACK" in title]
+    assert titles[summary].command == "lowerd.report"
+    assert titles["Build .pte"].command == "lowerd.build"
+    assert list(titles["Build .pte"].arguments) == ["refused"]
+    # Lenses are refreshed when builds end, so their titles follow the coverage.
+    assert any(e[0] == "lens-refresh" for e in editor.events)
+
+    async def hover(mark: str) -> str | None:
+        relative, line = editor.line(mark)
+        found = await editor.client.text_document_hover_async(
+            types.HoverParams(
+                types.TextDocumentIdentifier(editor.uri(relative)), types.Position(line - 1, 8)
+            )
+        )
+        return found.contents.value if found else None
+
+    linear = await hover("refused.linear")
+    assert linear and "`aten.linear.default`: XNNPACK partition 1 of 2, cache miss" in linear
+    refused = await hover("refused.pow")
+    assert refused and "`aten.pow.Tensor_Scalar`: **not delegated**: only support power" in refused
+    assert await hover("refused.module") is None
+
+
+async def test_commands_report_and_build(editor: Editor) -> None:
+    report = await editor.client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="lowerd.report")
+    )
+    targets = {t["name"]: t for t in report["targets"]}
+    assert set(targets) == {"net", "refused"}
+    assert targets["refused"]["methods"]["forward"]["ops_delegated"] == 2
+    built = await editor.client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="lowerd.build", arguments=["net"])
+    )
+    [net] = built["targets"]
+    assert net["status"] == "ok" and Path(net["output"]).is_file()
+
+
+async def test_the_server_process_never_loads_torch(editor: Editor) -> None:
+    """User code, torch and ExecuTorch run in the worker processes only."""
+    server = editor.client._server.pid
+    maps = Path(f"/proc/{server}/maps").read_text()
+    assert "torch" not in maps and "executorch" not in maps
+    # The check can see torch: the server's child, the fork server, has it loaded.
+    children = Path(f"/proc/{server}/task/{server}/children").read_text().split()
+    child_maps = [Path(f"/proc/{pid}/maps").read_text() for pid in children]
+    assert any("libtorch" in m for m in child_maps)
+
+
+# Edits and saves ------------------------------------------------------------------------------
+
+
+async def test_an_op_xnnpack_refuses_warns_at_its_line_until_reverted(editor: Editor) -> None:
+    editor.open("models/net.py")
+    edited, original = editor.replace_line("net.edit", "x = x**3")
+    since = len(editor.events)
+    editor.save("models/net.py", edited)
+    try:
+        await editor.until("pow warning", lambda: editor.at("net.edit", "not-delegated"))
+        [warning] = editor.at("net.edit", "not-delegated")
+        assert "aten.pow.Tensor_Scalar" in warning.message
+        assert (await editor.built("net", since))["status"] == "ok"
+    finally:
+        since = len(editor.events)
+        editor.save("models/net.py", original)
+    await editor.built("net", since)
+    await editor.until("warning gone", lambda: not editor.at("net.edit"))
+    assert {d.code for d in editor.diagnostics("models/net.py")} == {"coverage"}
+
+
+async def test_an_export_error_shows_at_its_line(editor: Editor) -> None:
+    edited, original = editor.replace_line("net.edit", "x = x if x.sum() > 0 else -x")
+    since = len(editor.events)
+    editor.save("models/net.py", edited)
+    try:
+        await editor.until("export error", lambda: editor.at("net.edit", "export-error"))
+        [error] = editor.at("net.edit", "export-error")
+        assert error.severity == types.DiagnosticSeverity.Error
+        assert "torch.export" in error.message
+        # The stale coverage of the last good build is gone with it.
+        assert {d.code for d in editor.diagnostics("models/net.py")} == {"export-error"}
+        assert (await editor.built("net", since))["errorKind"] == "export-error"
+    finally:
+        since = len(editor.events)
+        editor.save("models/net.py", original)
+    assert (await editor.built("net", since))["status"] == "ok"
+    await editor.until("error gone", lambda: not editor.at("net.edit"))
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "words"),
+    [
+        ("import os; os._exit(1)", "worker-crash", "exited with code 1"),
+        ("import os; os.kill(os.getpid(), 9)", "worker-crash", "SIGKILL"),
+        ("while True: pass", "worker-timeout", "did not finish within 5 s"),
+    ],
+    ids=["exit", "kill", "hang"],
+)
+async def test_a_dying_worker_is_an_error_at_the_entry_and_the_next_save_works(
+    editor: Editor, line: str, code: str, words: str
+) -> None:
+    if code == "worker-timeout":
+        editor.client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"lowerd": {"workerTimeout": 5}})
+        )
+    edited, original = editor.replace_line("net.make", line)
+    since = len(editor.events)
+    editor.save("models/net.py", edited)
+    try:
+        await editor.until(code, lambda: editor.at("net.entry", code))
+        [error] = editor.at("net.entry", code)
+        assert error.severity == types.DiagnosticSeverity.Error and words in error.message
+        assert (await editor.built("net", since))["errorKind"] == code
+    finally:
+        if code == "worker-timeout":
+            editor.client.workspace_did_change_configuration(
+                types.DidChangeConfigurationParams(settings={"lowerd": {"workerTimeout": None}})
+            )
+        since = len(editor.events)
+        editor.save("models/net.py", original)
+    assert (await editor.built("net", since))["status"] == "ok"
+    await editor.until("error gone", lambda: not editor.at("net.entry", code))
+    assert editor.at("net.entry", "coverage")
+
+
+async def test_a_second_save_cancels_the_running_build(editor: Editor) -> None:
+    slow, original = editor.replace_line("net.make", "import time; time.sleep(600)")
+    since = len(editor.events)
+    editor.save("models/net.py", slow)
+    try:
+        [first] = await editor.until("slow build started", lambda: editor.started("net", since))
+    finally:
+        editor.save("models/net.py", original)
+    result = await editor.built("net", since)
+    assert result["status"] == "ok"
+    [superseded] = await editor.until(
+        "the slow build ended",
+        lambda: [
+            e[1]
+            for e in editor.events
+            if e[0] == "finished" and e[1]["buildId"] == first["buildId"]
+        ],
+    )
+    assert superseded["current"] is False and superseded["errorKind"] == "cancelled"
+    assert {d.code for d in editor.diagnostics("models/net.py")} == {"coverage"}
+
+
+async def test_a_change_on_disk_rebuilds_the_targets_that_read_the_file(editor: Editor) -> None:
+    """No didSave: the watcher sees the write. x**2 is delegated, so the warning goes away."""
+    path = editor.path("models/refused.py")
+    original = path.read_text()
+    since = len(editor.events)
+    path.write_text(original.replace("x = x**3", "x = x**2"))
+    try:
+        await editor.built("refused", since)
+        await editor.until("pow delegated", lambda: not editor.at("refused.pow"))
+        assert not editor.started("net", since) and not editor.finished("net", since)
+    finally:
+        since = len(editor.events)
+        path.write_text(original)
+    await editor.built("refused", since)
+    await editor.until("pow refused again", lambda: editor.at("refused.pow", "not-delegated"))
+
+
+async def test_a_config_error_shows_at_its_line_until_fixed(editor: Editor) -> None:
+    relative, line = editor.line("target.net")
+    original = editor.path(relative).read_text()
+    lines = original.splitlines(keepends=True)
+    lines.insert(line, 'entyr = "models/net.py:make"\n')  # line + 1: a misspelt key
+    since = len(editor.events)
+    editor.save(relative, "".join(lines))
+    try:
+        await editor.until("config error", lambda: editor.diagnostics(relative))
+        [error] = editor.diagnostics(relative)
+        assert (error.code, error.range.start.line) == ("config-error", line)
+        assert "entyr" in error.message
+        # While the config is broken, no target's diagnostics are shown.
+        assert not editor.diagnostics("models/net.py")
+    finally:
+        editor.save(relative, original)
+    await editor.built("net", since)
+    await editor.until("config error gone", lambda: not editor.diagnostics(relative))
+    await editor.until("coverage back", lambda: editor.at("net.entry", "coverage"))
