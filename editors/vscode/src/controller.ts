@@ -1,0 +1,327 @@
+/**
+ * Ties the pieces together: finds the project, picks the interpreter, runs the server, and keeps
+ * the status bar and the report panel in step with builds.
+ */
+
+import { execFile } from "node:child_process";
+import * as path from "node:path";
+import * as vscode from "vscode";
+
+import {
+  clearCacheCommand,
+  describeInterpreter,
+  type Interpreter,
+  resolveInterpreter,
+} from "./interpreter";
+import { probeLowerd, probeMessage } from "./probe";
+import { ProgressTracker } from "./progress";
+import { onInterpreterChanged, selectedInterpreter, hasPythonExtension } from "./python";
+import { parseReport, type Report } from "./report";
+import { ReportPanel } from "./reportPanel";
+import { LowerdServer } from "./server";
+import { readServerSettings, RESTART_SETTINGS } from "./settings";
+import type { ServerState } from "./status";
+import { CoverageStatusBar } from "./statusBar";
+import { declaredTargets, findProjectRoots, watchPyprojects, workspaceFolderOf } from "./workspace";
+
+export const COMMANDS = {
+  buildTarget: "lowerd.buildTarget",
+  buildAll: "lowerd.buildAllTargets",
+  showReport: "lowerd.showReport",
+  restart: "lowerd.restartServer",
+  clearCache: "lowerd.clearCache",
+} as const;
+
+/** The server's own workspace/executeCommand commands. */
+const SERVER = { build: "lowerd.build", buildAll: "lowerd.buildAll", report: "lowerd.report" };
+
+const INSTALL = "Install instructions";
+const SELECT_INTERPRETER = "Select interpreter";
+const OPEN_SETTING = "Open setting";
+const REPORT_DEBOUNCE_MS = 300;
+
+export class Controller implements vscode.Disposable {
+  private readonly output = vscode.window.createOutputChannel("lowerd");
+  private readonly progress = new ProgressTracker();
+  private readonly statusBar = new CoverageStatusBar(COMMANDS.showReport);
+  private readonly panel = new ReportPanel();
+  private readonly server: LowerdServer;
+  private readonly disposables: vscode.Disposable[] = [];
+  private root: string | undefined;
+  private interpreter: Interpreter | undefined;
+  private state: ServerState = "stopped";
+  private report: Report | undefined;
+  private reportTimer: NodeJS.Timeout | undefined;
+  private starting: Promise<void> | undefined;
+
+  constructor(private readonly extensionUri: vscode.Uri) {
+    this.server = new LowerdServer(this.output, {
+      progress: (token, value) => {
+        const ended = this.progress.update(token, value);
+        this.refreshStatus();
+        if (ended) {
+          this.scheduleReport();
+        }
+      },
+      diagnostics: () => this.scheduleReport(),
+      buildFinished: () => this.scheduleReport(),
+      state: (running) => {
+        // While starting, the client passes through "stopped"; only a running server stops.
+        if (running) {
+          this.state = "running";
+        } else if (this.state === "running") {
+          this.state = "stopped";
+        }
+        if (running) {
+          this.scheduleReport();
+        } else {
+          this.progress.clear();
+        }
+        this.refreshStatus();
+      },
+    });
+  }
+
+  async activate(): Promise<void> {
+    this.disposables.push(
+      this.output,
+      this.statusBar,
+      this.panel,
+      vscode.window.onDidChangeActiveTextEditor(() => this.refreshStatus()),
+      vscode.workspace.onDidChangeConfiguration((event) => this.configurationChanged(event)),
+      vscode.workspace.onDidChangeWorkspaceFolders(() => this.restart()),
+      watchPyprojects(() => this.pyprojectChanged()),
+      await onInterpreterChanged(() => this.pythonInterpreterChanged()),
+    );
+    await this.restart();
+  }
+
+  // Server lifecycle ----------------------------------------------------------------------------
+
+  /** (Re)starts the server for the workspace's lowerd project, if it has one. */
+  restart(): Promise<void> {
+    const previous = this.starting ?? Promise.resolve();
+    this.starting = previous.then(() => this.startServer()).finally(() => (this.starting = undefined));
+    return this.starting;
+  }
+
+  private async startServer(): Promise<void> {
+    await this.server.stop();
+    this.report = undefined;
+    const roots = await findProjectRoots();
+    this.root = this.pickRoot(roots);
+    if (!this.root) {
+      this.statusBar.hide();
+      this.output.appendLine("No pyproject.toml with [tool.lowerd] in this workspace.");
+      return;
+    }
+    const folder = workspaceFolderOf(this.root);
+    const configuration = vscode.workspace.getConfiguration("lowerd", folder?.uri);
+    this.interpreter = resolveInterpreter({
+      setting: configuration.get<string>("interpreter"),
+      pythonExtension: await selectedInterpreter(folder?.uri),
+      workspaceFolder: folder?.uri.fsPath,
+    });
+    this.state = "starting";
+    this.refreshStatus();
+    const probe = await probeLowerd(this.interpreter, this.root);
+    const problem = probeMessage(probe, describeInterpreter(this.interpreter));
+    if (problem) {
+      this.state = "missing";
+      this.output.appendLine(problem);
+      this.refreshStatus();
+      void this.explainMissing(problem);
+      return;
+    }
+    this.output.appendLine(`lowerd ${probe.ok ? probe.version : "?"}: ${describeInterpreter(this.interpreter)}`);
+    try {
+      await this.server.start({
+        root: this.root,
+        interpreter: this.interpreter,
+        settings: readServerSettings((key) => configuration.get(key)),
+      });
+      this.state = "running";
+    } catch (error) {
+      this.state = "stopped";
+      this.output.appendLine(`The lowerd server did not start: ${String(error)}`);
+      void vscode.window.showErrorMessage(`lowerd: the server did not start (${String(error)}).`);
+    }
+    this.refreshStatus();
+  }
+
+  /** The project of the active file if it is in one, else the shallowest. */
+  private pickRoot(roots: string[]): string | undefined {
+    const active = vscode.window.activeTextEditor?.document.uri;
+    if (active?.scheme === "file") {
+      const containing = roots.filter((root) => !path.relative(root, active.fsPath).startsWith(".."));
+      if (containing.length > 0) {
+        return containing.sort((a, b) => b.length - a.length)[0];
+      }
+    }
+    return roots[0];
+  }
+
+  private async explainMissing(problem: string): Promise<void> {
+    const actions = hasPythonExtension() ? [INSTALL, SELECT_INTERPRETER, OPEN_SETTING] : [INSTALL, OPEN_SETTING];
+    const choice = await vscode.window.showErrorMessage(problem, ...actions);
+    if (choice === INSTALL) {
+      await vscode.commands.executeCommand("markdown.showPreview", await this.readme());
+    } else if (choice === SELECT_INTERPRETER) {
+      await vscode.commands.executeCommand("python.setInterpreter");
+    } else if (choice === OPEN_SETTING) {
+      await vscode.commands.executeCommand("workbench.action.openSettings", "lowerd.interpreter");
+    }
+  }
+
+  /** The extension's README: `readme.md` once packaged (vsce lowercases it), else `README.md`. */
+  private async readme(): Promise<vscode.Uri> {
+    for (const name of ["readme.md", "README.md"]) {
+      const uri = vscode.Uri.joinPath(this.extensionUri, name);
+      try {
+        await vscode.workspace.fs.stat(uri);
+        return uri;
+      } catch {
+        // try the next spelling
+      }
+    }
+    return vscode.Uri.joinPath(this.extensionUri, "README.md");
+  }
+
+  private configurationChanged(event: vscode.ConfigurationChangeEvent): void {
+    if (RESTART_SETTINGS.some((setting) => event.affectsConfiguration(setting))) {
+      void this.restart();
+    } else if (event.affectsConfiguration("lowerd") && this.root) {
+      const configuration = vscode.workspace.getConfiguration("lowerd", workspaceFolderOf(this.root)?.uri);
+      void this.server.notifySettings(readServerSettings((key) => configuration.get(key)));
+    }
+  }
+
+  private pythonInterpreterChanged(): void {
+    if (this.interpreter?.source !== "setting") {
+      void this.restart();
+    }
+  }
+
+  private pyprojectChanged(): void {
+    // A project appearing (or the server missing one) is worth a start; edits to a running
+    // project's config are the server's business.
+    if (!this.server.running && this.state !== "starting") {
+      void this.restart();
+    }
+  }
+
+  // Report and status ---------------------------------------------------------------------------
+
+  private scheduleReport(): void {
+    clearTimeout(this.reportTimer);
+    this.reportTimer = setTimeout(() => void this.fetchReport(), REPORT_DEBOUNCE_MS);
+  }
+
+  private async fetchReport(): Promise<Report | undefined> {
+    if (!this.server.running) {
+      return this.report;
+    }
+    try {
+      this.report = parseReport(await this.server.executeCommand(SERVER.report));
+      if (this.report.root) {
+        this.root = this.report.root;
+      }
+    } catch (error) {
+      this.output.appendLine(`lowerd.report failed: ${String(error)}`);
+    }
+    this.refreshStatus();
+    if (this.panel.visible && this.report && this.root) {
+      this.panel.update(this.report, this.root, this.progress.describe());
+    }
+    return this.report;
+  }
+
+  private refreshStatus(): void {
+    if (!this.root) {
+      this.statusBar.hide();
+      return;
+    }
+    const active = vscode.window.activeTextEditor?.document.uri;
+    this.statusBar.show({
+      server: this.state,
+      report: this.report,
+      root: this.root,
+      activeFile: active?.scheme === "file" ? active.fsPath : undefined,
+      building: this.progress.describe(),
+    });
+  }
+
+  // Commands ------------------------------------------------------------------------------------
+
+  async buildTarget(name?: string): Promise<void> {
+    const target = name ?? (await this.pickTarget());
+    if (target) {
+      await this.run(() => this.server.executeCommand(SERVER.build, [target]));
+    }
+  }
+
+  async buildAll(): Promise<void> {
+    await this.run(() => this.server.executeCommand(SERVER.buildAll));
+  }
+
+  async showReport(): Promise<void> {
+    if (!this.root) {
+      void vscode.window.showInformationMessage("lowerd: no pyproject.toml with [tool.lowerd] in this workspace.");
+      return;
+    }
+    const report = (await this.fetchReport()) ?? parseReport({});
+    this.panel.show(report, this.root, this.progress.describe());
+  }
+
+  async clearCache(): Promise<void> {
+    if (!this.root || !this.interpreter) {
+      return;
+    }
+    if (this.server.offers("lowerd.clearCache")) {
+      await this.run(() => this.server.executeCommand("lowerd.clearCache"));
+      return;
+    }
+    const { command, args } = clearCacheCommand(this.interpreter, path.join(this.root, "pyproject.toml"));
+    execFile(command, args, { cwd: this.root }, (error, stdout, stderr) => {
+      const text = (stdout + stderr).trim();
+      this.output.appendLine(`${[command, ...args].join(" ")}: ${text}`);
+      if (error) {
+        void vscode.window.showErrorMessage(`lowerd: clearing the cache failed: ${text || error.message}`);
+      } else {
+        void vscode.window.showInformationMessage(`lowerd: ${text || "cache cleared"}`);
+      }
+    });
+  }
+
+  private async pickTarget(): Promise<string | undefined> {
+    const fromReport = this.report?.targets.map((t) => t.name) ?? [];
+    const declared = this.root ? await declaredTargets(this.root) : [];
+    const names = [...new Set([...declared, ...fromReport])];
+    if (names.length === 0) {
+      void vscode.window.showInformationMessage("lowerd: this project declares no targets.");
+      return undefined;
+    }
+    const items = names.map((name) => {
+      const result = this.report?.targets.find((t) => t.name === name);
+      return { label: name, description: result ? result.status : "not built yet" };
+    });
+    return (await vscode.window.showQuickPick(items, { placeHolder: "Target to build" }))?.label;
+  }
+
+  private async run(action: () => Promise<unknown>): Promise<void> {
+    try {
+      await action();
+    } catch (error) {
+      void vscode.window.showErrorMessage(`lowerd: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    this.scheduleReport();
+  }
+
+  dispose(): void {
+    clearTimeout(this.reportTimer);
+    this.server.dispose();
+    for (const disposable of this.disposables) {
+      disposable.dispose();
+    }
+  }
+}

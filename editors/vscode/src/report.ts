@@ -1,0 +1,244 @@
+/**
+ * The JSON report `lowerd.report` returns (and `lowerd build --json` prints): the shape of
+ * lowering/build.py TargetResult.to_json() and lowering/report_model.py, files relative to the
+ * project root. Parsing is lenient: unknown fields are ignored, missing ones get empty values,
+ * so a newer server never breaks an older extension.
+ */
+
+import * as path from "node:path";
+
+export interface SourceSite {
+  file: string;
+  line: number;
+}
+
+export interface NotDelegatedOp {
+  op: string;
+  file: string | null;
+  line: number | null;
+  reason: string;
+}
+
+export interface Partition {
+  backend: string;
+  ops: number;
+  /** "hit", "rebased", "miss", "uncached"; null before preprocess. */
+  cache: string | null;
+  /** [file, line, op] of each delegated op with a user source line. */
+  sources: [string, number, string][];
+}
+
+export interface BackendTotals {
+  ops: number;
+  partitions: number;
+}
+
+export interface MethodReport {
+  ops: number;
+  opsDelegated: number;
+  coverage: number;
+  backends: Record<string, BackendTotals>;
+  partitions: Partition[];
+  notDelegated: NotDelegatedOp[];
+}
+
+export interface TargetError {
+  kind: string;
+  message: string;
+  file: string | null;
+  line: number | null;
+}
+
+export interface TargetResult {
+  name: string;
+  status: string;
+  output: string | null;
+  seconds: number | null;
+  cache: { hits: number; misses: number; rebased: number } | null;
+  methods: Record<string, MethodReport>;
+  error: TargetError | null;
+  entry: SourceSite | null;
+  modules: Record<string, SourceSite>;
+}
+
+export interface Report {
+  /**
+   * Absolute project root: the folder of the report's `config` (the pyproject.toml), when the
+   * server says; else the caller knows it.
+   */
+  root: string | null;
+  targets: TargetResult[];
+  /** Targets the server is rebuilding right now. */
+  building: string[];
+  /** A `[tool.lowerd]` config error that stops every build. */
+  error: TargetError | null;
+}
+
+type Json = Record<string, unknown>;
+
+function isObject(value: unknown): value is Json {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function asString(value: unknown, fallback = ""): string {
+  return typeof value === "string" ? value : fallback;
+}
+
+function asNumber(value: unknown, fallback = 0): number {
+  return typeof value === "number" && Number.isFinite(value) ? value : fallback;
+}
+
+function asNullableString(value: unknown): string | null {
+  return typeof value === "string" ? value : null;
+}
+
+function asNullableNumber(value: unknown): number | null {
+  return typeof value === "number" && Number.isFinite(value) ? value : null;
+}
+
+function asArray(value: unknown): unknown[] {
+  return Array.isArray(value) ? value : [];
+}
+
+function asRecord(value: unknown): Json {
+  return isObject(value) ? value : {};
+}
+
+function parseSite(value: unknown): SourceSite | null {
+  if (!isObject(value) || typeof value.file !== "string") {
+    return null;
+  }
+  return { file: value.file, line: asNumber(value.line, 1) };
+}
+
+function parseNotDelegated(value: unknown): NotDelegatedOp {
+  const raw = asRecord(value);
+  return {
+    op: asString(raw.op, "?"),
+    file: asNullableString(raw.file),
+    line: asNullableNumber(raw.line),
+    reason: asString(raw.reason),
+  };
+}
+
+function parseSource(value: unknown): [string, number, string] | null {
+  const [file, line, op] = asArray(value);
+  if (typeof file !== "string" || typeof line !== "number") {
+    return null;
+  }
+  return [file, line, asString(op)];
+}
+
+function parsePartition(value: unknown): Partition {
+  const raw = asRecord(value);
+  return {
+    backend: asString(raw.backend, "?"),
+    ops: asNumber(raw.ops),
+    cache: asNullableString(raw.cache),
+    sources: asArray(raw.sources)
+      .map(parseSource)
+      .filter((source): source is [string, number, string] => source !== null),
+  };
+}
+
+function parseBackends(value: unknown): Record<string, BackendTotals> {
+  const backends: Record<string, BackendTotals> = {};
+  for (const [name, totals] of Object.entries(asRecord(value))) {
+    const raw = asRecord(totals);
+    backends[name] = { ops: asNumber(raw.ops), partitions: asNumber(raw.partitions) };
+  }
+  return backends;
+}
+
+export function parseMethod(value: unknown): MethodReport {
+  const raw = asRecord(value);
+  return {
+    ops: asNumber(raw.ops),
+    opsDelegated: asNumber(raw.ops_delegated),
+    coverage: asNumber(raw.coverage),
+    backends: parseBackends(raw.backends),
+    partitions: asArray(raw.partitions).map(parsePartition),
+    notDelegated: asArray(raw.not_delegated).map(parseNotDelegated),
+  };
+}
+
+function parseError(value: unknown): TargetError | null {
+  if (!isObject(value)) {
+    return null;
+  }
+  return {
+    kind: asString(value.kind, "error"),
+    message: asString(value.message, "failed"),
+    file: asNullableString(value.file),
+    line: asNullableNumber(value.line),
+  };
+}
+
+function parseCache(value: unknown): TargetResult["cache"] {
+  if (!isObject(value)) {
+    return null;
+  }
+  return {
+    hits: asNumber(value.hits),
+    misses: asNumber(value.misses),
+    rebased: asNumber(value.rebased),
+  };
+}
+
+export function parseTarget(value: unknown): TargetResult {
+  const raw = asRecord(value);
+  const methods: Record<string, MethodReport> = {};
+  for (const [name, method] of Object.entries(asRecord(raw.methods))) {
+    methods[name] = parseMethod(method);
+  }
+  const modules: Record<string, SourceSite> = {};
+  for (const [name, site] of Object.entries(asRecord(raw.modules))) {
+    const parsed = parseSite(site);
+    if (parsed) {
+      modules[name] = parsed;
+    }
+  }
+  return {
+    name: asString(raw.name, "?"),
+    status: asString(raw.status, "unknown"),
+    output: asNullableString(raw.output),
+    seconds: asNullableNumber(raw.seconds),
+    cache: parseCache(raw.cache),
+    methods,
+    error: parseError(raw.error),
+    entry: parseSite(raw.entry),
+    modules,
+  };
+}
+
+function rootOf(raw: Json): string | null {
+  const root = asNullableString(raw.root);
+  if (root !== null) {
+    return root;
+  }
+  const config = asNullableString(raw.config);
+  return config === null ? null : path.dirname(config);
+}
+
+/**
+ * A report from the server's `lowerd.report` answer ({config, error, targets, building}) or from
+ * `lowerd build --json`; an unusable answer is an empty report.
+ */
+export function parseReport(value: unknown): Report {
+  const raw = asRecord(value);
+  return {
+    root: rootOf(raw),
+    targets: asArray(raw.targets).map(parseTarget),
+    building: asArray(raw.building).filter((name): name is string => typeof name === "string"),
+    error: parseError(raw.error),
+  };
+}
+
+/** A target the server knows of but has not built yet (`{"name": ...}` only). */
+export function isBuilt(target: TargetResult): boolean {
+  return target.status === "ok" || target.status === "error";
+}
+
+export function isFailed(target: TargetResult): boolean {
+  return target.status === "error";
+}

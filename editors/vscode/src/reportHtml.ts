@@ -1,0 +1,231 @@
+/**
+ * The delegation report as one HTML page, for the webview: per target, per method, a backend
+ * table and the ops left on the CPU, each linking to its source line. Pure: the page posts
+ * `{type: "open", file, line}` to the extension when a link is clicked, and works (without the
+ * links) as a plain file too, which is how the README's screenshot is made.
+ */
+
+import { methodSummary } from "./coverage";
+import { isBuilt, type MethodReport, type NotDelegatedOp, type Report, type TargetResult } from "./report";
+
+export interface PageOptions {
+  /** The webview's `cspSource`; null for a standalone file. */
+  cspSource: string | null;
+  /** A fresh random nonce for the page's one script. */
+  nonce: string;
+  /** Shown in the heading: the project root. */
+  projectName: string;
+  /** Shown while the server builds. */
+  building?: string;
+}
+
+export function escapeHtml(text: string): string {
+  return text
+    .replace(/&/g, "&amp;")
+    .replace(/</g, "&lt;")
+    .replace(/>/g, "&gt;")
+    .replace(/"/g, "&quot;")
+    .replace(/'/g, "&#39;");
+}
+
+function sourceLink(file: string | null, line: number | null): string {
+  if (!file) {
+    return `<span class="muted">(no source line)</span>`;
+  }
+  const label = escapeHtml(line ? `${file}:${line}` : file);
+  return (
+    `<a class="source" href="#" data-file="${escapeHtml(file)}" data-line="${line ?? 1}">` +
+    `${label}</a>`
+  );
+}
+
+const CACHE_WORDS: Record<string, string> = {
+  hit: "cache hit",
+  rebased: "cache hit (rebased)",
+  miss: "cache miss",
+  uncached: "not cached",
+};
+
+function coverageBar(method: MethodReport): string {
+  const percent = method.ops > 0 ? Math.min(100, (method.opsDelegated / method.ops) * 100) : 0;
+  return (
+    `<div class="bar" role="img" aria-label="${percent.toFixed(0)} % delegated">` +
+    `<div class="fill" style="width:${percent.toFixed(1)}%"></div></div>`
+  );
+}
+
+function backendTable(method: MethodReport): string {
+  const cpu = method.ops - method.opsDelegated;
+  const rows = Object.entries(method.backends)
+    .filter(([, totals]) => totals.ops > 0 || totals.partitions > 0)
+    .map(([backend, totals]) => {
+      const hits = method.partitions.filter((p) => p.backend === backend);
+      const cache = summarizeCache(hits.map((p) => p.cache));
+      return (
+        `<tr><td>${escapeHtml(backend)}</td><td class="num">${totals.ops}</td>` +
+        `<td class="num">${totals.partitions}</td><td>${escapeHtml(cache)}</td></tr>`
+      );
+    });
+  rows.push(
+    `<tr class="cpu"><td>portable CPU</td><td class="num">${cpu}</td><td class="num">–</td>` +
+      `<td></td></tr>`,
+  );
+  return (
+    `<table class="backends"><thead><tr><th>backend</th><th class="num">ops</th>` +
+    `<th class="num">partitions</th><th>cache</th></tr></thead><tbody>${rows.join("")}</tbody></table>`
+  );
+}
+
+function summarizeCache(outcomes: (string | null)[]): string {
+  const counts = new Map<string, number>();
+  for (const outcome of outcomes) {
+    const word = outcome === null ? "not preprocessed" : (CACHE_WORDS[outcome] ?? outcome);
+    counts.set(word, (counts.get(word) ?? 0) + 1);
+  }
+  return [...counts.entries()].map(([word, n]) => `${n} ${word}`).join(", ");
+}
+
+function notDelegatedTable(ops: NotDelegatedOp[]): string {
+  if (ops.length === 0) {
+    return `<p class="all-delegated">Every op is delegated.</p>`;
+  }
+  const rows = ops.map(
+    (op) =>
+      `<tr><td><code>${escapeHtml(op.op)}</code></td><td>${sourceLink(op.file, op.line)}</td>` +
+      `<td>${escapeHtml(op.reason)}</td></tr>`,
+  );
+  return (
+    `<table class="refused"><thead><tr><th>not delegated</th><th>at</th><th>why</th></tr></thead>` +
+    `<tbody>${rows.join("")}</tbody></table>`
+  );
+}
+
+function methodSection(name: string, method: MethodReport): string {
+  return (
+    `<section class="method"><h3>${escapeHtml(methodSummary(name, method))}</h3>` +
+    coverageBar(method) +
+    backendTable(method) +
+    notDelegatedTable(method.notDelegated) +
+    `</section>`
+  );
+}
+
+function targetFacts(target: TargetResult): string {
+  const facts: string[] = [];
+  if (target.output) {
+    facts.push(`<code>${escapeHtml(target.output)}</code>`);
+  }
+  if (target.seconds !== null) {
+    facts.push(`${target.seconds.toFixed(1)} s`);
+  }
+  if (target.cache) {
+    facts.push(`cache ${target.cache.hits} hit / ${target.cache.misses} miss`);
+  }
+  if (target.entry) {
+    facts.push(`entry ${sourceLink(target.entry.file, target.entry.line)}`);
+  }
+  return facts.length ? `<p class="facts">${facts.join(" · ")}</p>` : "";
+}
+
+function badgeOf(target: TargetResult, building: boolean): string {
+  if (building) {
+    return `<span class="badge pending">building</span>`;
+  }
+  if (!isBuilt(target)) {
+    return `<span class="badge pending">not built yet</span>`;
+  }
+  if (target.status === "error") {
+    return `<span class="badge error">${escapeHtml(target.error?.kind ?? "error")}</span>`;
+  }
+  return `<span class="badge ok">${escapeHtml(target.status)}</span>`;
+}
+
+function targetSection(target: TargetResult, building: boolean): string {
+  const badge = badgeOf(target, building);
+  let body: string;
+  if (!isBuilt(target)) {
+    body = "";
+  } else if (target.status === "error") {
+    const error = target.error;
+    body =
+      `<div class="error-box"><p>${escapeHtml(error?.message ?? "failed")}</p>` +
+      `<p>at ${sourceLink(error?.file ?? target.entry?.file ?? null, error?.line ?? target.entry?.line ?? null)}</p></div>`;
+  } else {
+    const methods = Object.entries(target.methods);
+    body = methods.length
+      ? methods.map(([name, method]) => methodSection(name, method)).join("")
+      : `<p class="muted">No methods reported.</p>`;
+  }
+  return (
+    `<section class="target" id="target-${escapeHtml(target.name)}">` +
+    `<h2>${escapeHtml(target.name)} ${badge}</h2>${targetFacts(target)}${body}</section>`
+  );
+}
+
+const STYLE = `
+body { font-family: var(--vscode-font-family, system-ui, sans-serif); font-size: var(--vscode-font-size, 13px);
+  color: var(--vscode-foreground, #1f2328); background: var(--vscode-editor-background, #ffffff); padding: 0 20px 20px; }
+h1 { font-size: 1.4em; font-weight: 600; margin: 16px 0 4px; }
+h2 { font-size: 1.2em; margin: 0 0 4px; }
+h3 { font-size: 1em; font-weight: 600; margin: 12px 0 6px; }
+.target { border: 1px solid var(--vscode-panel-border, #d0d7de); border-radius: 6px; padding: 12px 16px; margin: 14px 0; }
+.facts, .muted, .subtitle { color: var(--vscode-descriptionForeground, #656d76); }
+.facts { margin: 0 0 6px; }
+table { border-collapse: collapse; margin: 6px 0 10px; }
+th, td { text-align: left; padding: 3px 12px 3px 0; border-bottom: 1px solid var(--vscode-panel-border, #d8dee4); vertical-align: top; }
+th { font-weight: 600; }
+td.num, th.num { text-align: right; }
+tr.cpu td { color: var(--vscode-descriptionForeground, #656d76); }
+code { font-family: var(--vscode-editor-font-family, ui-monospace, monospace); }
+a.source { color: var(--vscode-textLink-foreground, #0969da); text-decoration: none; }
+a.source:hover { text-decoration: underline; }
+.badge { font-size: 0.75em; font-weight: 600; padding: 1px 7px; border-radius: 10px; vertical-align: middle; }
+.badge.ok { background: #1a7f37; color: #fff; }
+.badge.error { background: var(--vscode-errorForeground, #cf222e); color: #fff; }
+.badge.pending { background: var(--vscode-badge-background, #6e7781); color: var(--vscode-badge-foreground, #fff); }
+.error-box { border-left: 3px solid var(--vscode-errorForeground, #cf222e); padding: 2px 10px; }
+.bar { height: 8px; width: 320px; background: var(--vscode-editorWidget-background, #eaeef2); border-radius: 4px; overflow: hidden; }
+.fill { height: 100%; background: var(--vscode-charts-green, #2da44e); }
+.building { color: var(--vscode-charts-blue, #0969da); }
+.all-delegated { color: var(--vscode-charts-green, #1a7f37); }
+`;
+
+const SCRIPT = `
+const vscode = typeof acquireVsCodeApi === "function" ? acquireVsCodeApi() : undefined;
+document.addEventListener("click", (event) => {
+  const link = event.target instanceof Element ? event.target.closest("a.source") : null;
+  if (!link) return;
+  event.preventDefault();
+  if (vscode) vscode.postMessage({ type: "open", file: link.dataset.file, line: Number(link.dataset.line) });
+});
+`;
+
+export function renderReportPage(report: Report, options: PageOptions): string {
+  const csp = [
+    "default-src 'none'",
+    // Inline style attributes (the coverage bars' widths) need 'unsafe-inline', which a nonce
+    // in the same directive would switch off; scripts run only with the nonce.
+    `style-src${options.cspSource ? ` ${options.cspSource}` : ""} 'unsafe-inline'`,
+    `script-src 'nonce-${options.nonce}'`,
+  ].join("; ");
+  const building = options.building
+    ? `<p class="building">Building: ${escapeHtml(options.building)}</p>`
+    : "";
+  const configError = report.error
+    ? `<section class="target"><h2>[tool.lowerd] <span class="badge error">config-error</span></h2>` +
+      `<div class="error-box"><p>${escapeHtml(report.error.message)}</p>` +
+      `<p>at ${sourceLink(report.error.file ?? "pyproject.toml", report.error.line)}</p></div></section>`
+    : "";
+  const targets = report.targets.length
+    ? report.targets.map((target) => targetSection(target, report.building.includes(target.name))).join("")
+    : `<p class="muted">No build yet: save a Python file of the project, or run “lowerd: Build all targets”.</p>`;
+  return `<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="${csp}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>lowerd report</title><style>${STYLE}</style></head>
+<body><h1>lowerd delegation report</h1><p class="subtitle">${escapeHtml(options.projectName)}</p>
+${building}${configError}${targets}
+<script nonce="${options.nonce}">${SCRIPT}</script></body></html>
+`;
+}
