@@ -83,6 +83,7 @@ class LowerdServer(LanguageServer):
         self.shown: dict[str, dict[str, Any]] = {}
         self.published: dict[str, list[types.Diagnostic]] = {}
         self.progress: dict[int, _BuildProgress] = {}
+        self._warm_up: asyncio.Task | None = None
 
     # Lifecycle -------------------------------------------------------------------------------
 
@@ -99,14 +100,21 @@ class LowerdServer(LanguageServer):
         self.scheduler = Scheduler(self.pool, self, self.build_request)
         self.watcher = ProjectWatcher(self.root, self.file_changed, loop)
         self.load_project()
-        self.watcher.start()
-        # The fork server's warm-up (torch, ExecuTorch) starts now; the first builds wait for it.
-        loop.create_task(self._start_pool(self.pool))
+        try:
+            self.watcher.start()
+        except OSError as error:  # e.g. out of inotify watches: saves in the editor still work
+            self.log_message(f"lowerd: not watching files changed outside the editor: {error}")
+
+    def _warm_up_workers(self) -> None:
+        """Starts the fork server's warm-up (torch, ExecuTorch: seconds) once there is something
+        to build, so that a workspace without a lowerd config never pays for it."""
+        if self.pool is not None and self._warm_up is None:
+            self._warm_up = asyncio.get_running_loop().create_task(self._start_pool(self.pool))
 
     async def _start_pool(self, pool: WorkerPool) -> None:
         try:
             await pool.start()
-        except Exception as error:  # builds retry starting it; say why the first one failed
+        except Exception as error:  # each build retries starting it; say why this one failed
             self.log_message(f"lowerd: the build workers did not start: {error}", error=True)
 
     async def stop(self) -> None:
@@ -131,6 +139,13 @@ class LowerdServer(LanguageServer):
         elif self.settings.not_delegated_severity != before.not_delegated_severity:
             self.publish()
 
+    async def pull_settings(self) -> None:
+        workspace = self.client_capabilities.workspace
+        if workspace and workspace.configuration:
+            asked = types.ConfigurationParams([types.ConfigurationItem(section=SECTION)])
+            [settings] = await self.workspace_configuration_async(asked)
+            self.apply_settings(settings)
+
     # The project -----------------------------------------------------------------------------
 
     def load_project(self) -> None:
@@ -152,8 +167,9 @@ class LowerdServer(LanguageServer):
         targets = config.targets if config else {}
         self.shown = {name: r for name, r in self.shown.items() if name in targets}
         if config is not None:
+            self._warm_up_workers()
             self.watcher.set_ignored(f for f in (config.out_dir, config.cache_dir) if f)
-            if previous is None or previous.digest != config.digest:
+            if previous is None or (previous.path, previous.digest) != (config.path, config.digest):
                 self.scheduler.request(config.targets, now=True)
         self.publish()
         self.refresh_code_lenses()
@@ -293,8 +309,7 @@ class LowerdServer(LanguageServer):
         path = Path(to_fs_path(uri) or "")
         lenses = []
         for name, target in self.config.targets.items():
-            result = self.shown.get(name) if not self.scheduler.building(name) else None
-            result = result or self.scheduler.results.get(name)
+            result = self.scheduler.results.get(name)  # the last complete one
             site = site_of((result or {}).get("entry"), self.config.root)
             site = site or entry_site(self.config, target)
             if not _same_file(site.path, path):
@@ -440,8 +455,9 @@ def create_server(workers: int = 2) -> LowerdServer:
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: LowerdServer, params: types.DidOpenTextDocumentParams) -> None:
-        if ls.scheduler is not None:  # some editors forget diagnostics of closed files
-            ls.publish(force=[params.text_document.uri])
+        path = to_fs_path(params.text_document.uri)
+        if ls.scheduler is not None and path:  # some editors forget diagnostics of closed files
+            ls.publish(force=[from_fs_path(path)])
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     def did_save(ls: LowerdServer, params: types.DidSaveTextDocumentParams) -> None:
@@ -450,16 +466,15 @@ def create_server(workers: int = 2) -> LowerdServer:
             ls.file_changed(Path(path))
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    async def did_change_configuration(
+    def did_change_configuration(
         ls: LowerdServer, params: types.DidChangeConfigurationParams
     ) -> None:
-        settings = params.settings
-        if not settings:  # a client that wants to be asked (pull model)
-            workspace = ls.client_capabilities.workspace
-            if workspace and workspace.configuration:
-                asked = types.ConfigurationParams([types.ConfigurationItem(section=SECTION)])
-                [settings] = await ls.workspace_configuration_async(asked)
-        ls.apply_settings(settings)
+        # Pushed settings apply before the next message is handled (a save right after them
+        # builds with them); a client that sends none wants to be asked.
+        if params.settings:
+            ls.apply_settings(params.settings)
+        else:
+            asyncio.get_running_loop().create_task(ls.pull_settings())
 
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
     def code_lens(ls: LowerdServer, params: types.CodeLensParams) -> list[types.CodeLens]:

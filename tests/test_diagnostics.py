@@ -1,4 +1,5 @@
-"""lowerd.daemon.diagnostics and entry_site: build result JSON -> what an editor shows.
+"""The daemon's pure parts: build result JSON -> what an editor shows (diagnostics, entry sites),
+and the editor's settings.
 
 The results are written in TargetResult.to_json()'s shape (files relative to the project root),
 over a small project in tmp_path whose lines are found by their LINE-MARK comments.
@@ -25,6 +26,7 @@ from lowerd.daemon.diagnostics import (
     result_diagnostics,
 )
 from lowerd.daemon.entry_site import entry_site
+from lowerd.daemon.settings import DEFAULT_TIMEOUT, Settings
 from lowerd.lowering.config import load_config
 
 MODEL = """\
@@ -339,3 +341,28 @@ def test_hover_before_preprocess_says_so(root: Path) -> None:
         partition["cache"] = None
     text = hover_markdown({"refused": ok_result(root, forward=early)}, root, mark(root, "linear1"))
     assert text is not None and "not preprocessed yet" in text
+
+
+# Settings ----------------------------------------------------------------------------------------
+
+
+def test_settings_from_the_lowerd_section_with_bad_values_named_and_ignored() -> None:
+    settings, problems = Settings().updated(
+        {
+            "lowerd": {
+                "notDelegatedSeverity": "Hint",
+                "workerTimeout": 30,
+                "workerMemoryLimit": 2048,
+                "workers": 0,
+            }
+        }
+    )
+    assert settings.not_delegated_severity == "hint"
+    assert settings.timeout(config_timeout=600.0) == 30.0
+    assert settings.memory_limit == 2048 * 2**20
+    assert settings.workers is None
+    assert len(problems) == 1 and "workers" in problems[0]
+    # The section itself works too, and null goes back to the default.
+    again, problems = settings.updated({"workerTimeout": None, "notDelegatedSeverity": "loud"})
+    assert again.timeout(config_timeout=None) == DEFAULT_TIMEOUT
+    assert again.not_delegated_severity == "hint" and "notDelegatedSeverity" in problems[0]

@@ -13,6 +13,7 @@ import asyncio
 import os
 import re
 import shutil
+import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -285,6 +286,27 @@ async def test_code_lens_and_hover(editor: Editor) -> None:
     assert await hover("refused.module") is None
 
 
+async def test_not_delegated_severity_follows_the_setting(editor: Editor) -> None:
+    """A settings change re-publishes what is shown; nothing is rebuilt for it."""
+    since = len(editor.events)
+    for setting, severity in [
+        ("hint", types.DiagnosticSeverity.Hint),
+        ("warning", types.DiagnosticSeverity.Warning),
+    ]:
+        editor.client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(
+                settings={"lowerd": {"notDelegatedSeverity": setting}}
+            )
+        )
+        await editor.until(
+            setting,
+            lambda severity=severity: [
+                d for d in editor.at("refused.pow", "not-delegated") if d.severity == severity
+            ],
+        )
+    assert not editor.started("refused", since) and not editor.finished("refused", since)
+
+
 async def test_commands_report_and_build(editor: Editor) -> None:
     report = await editor.client.workspace_execute_command_async(
         types.ExecuteCommandParams(command="lowerd.report")
@@ -331,18 +353,25 @@ async def test_an_op_xnnpack_refuses_warns_at_its_line_until_reverted(editor: Ed
     assert {d.code for d in editor.diagnostics("models/net.py")} == {"coverage"}
 
 
-async def test_an_export_error_shows_at_its_line(editor: Editor) -> None:
-    edited, original = editor.replace_line("net.edit", "x = x if x.sum() > 0 else -x")
+@pytest.mark.parametrize(
+    ("line", "code", "words"),
+    [
+        ("x = x if x.sum() > 0 else -x", "export-error", "torch.export of 'forward' failed"),
+        ("x = = x", "entry-error", "syntax error"),
+    ],
+    ids=["export", "syntax"],
+)
+async def test_an_error_shows_at_its_line(editor: Editor, line: str, code: str, words: str) -> None:
+    edited, original = editor.replace_line("net.edit", line)
     since = len(editor.events)
     editor.save("models/net.py", edited)
     try:
-        await editor.until("export error", lambda: editor.at("net.edit", "export-error"))
-        [error] = editor.at("net.edit", "export-error")
-        assert error.severity == types.DiagnosticSeverity.Error
-        assert "torch.export" in error.message
+        await editor.until(code, lambda: editor.at("net.edit", code))
+        [error] = editor.at("net.edit", code)
+        assert error.severity == types.DiagnosticSeverity.Error and words in error.message
         # The stale coverage of the last good build is gone with it.
-        assert {d.code for d in editor.diagnostics("models/net.py")} == {"export-error"}
-        assert (await editor.built("net", since))["errorKind"] == "export-error"
+        assert {d.code for d in editor.diagnostics("models/net.py")} == {code}
+        assert (await editor.built("net", since))["errorKind"] == code
     finally:
         since = len(editor.events)
         editor.save("models/net.py", original)
@@ -350,22 +379,26 @@ async def test_an_export_error_shows_at_its_line(editor: Editor) -> None:
     await editor.until("error gone", lambda: not editor.at("net.edit"))
 
 
+# What a worker prints must not reach the LSP client's pipe: this one would break the protocol.
+EXIT = 'print("Content-Length: 2", flush=True); import os; os._exit(1)'
+
+
 @pytest.mark.parametrize(
-    ("line", "code", "words"),
+    ("line", "limit", "code", "words"),
     [
-        ("import os; os._exit(1)", "worker-crash", "exited with code 1"),
-        ("import os; os.kill(os.getpid(), 9)", "worker-crash", "SIGKILL"),
-        ("while True: pass", "worker-timeout", "did not finish within 5 s"),
+        (EXIT, {}, "worker-crash", "exited with code 1"),
+        ("import os; os.kill(os.getpid(), 9)", {}, "worker-crash", "SIGKILL"),
+        ("while True: pass", {"workerTimeout": 5}, "worker-timeout", "did not finish within 5 s"),
+        ("torch.manual_seed(1)", {"workerMemoryLimit": 200}, "worker-crash", "memory limit 200"),
     ],
-    ids=["exit", "kill", "hang"],
+    ids=["exit", "kill", "hang", "memory"],
 )
 async def test_a_dying_worker_is_an_error_at_the_entry_and_the_next_save_works(
-    editor: Editor, line: str, code: str, words: str
+    editor: Editor, line: str, limit: dict[str, int], code: str, words: str
 ) -> None:
-    if code == "worker-timeout":
-        editor.client.workspace_did_change_configuration(
-            types.DidChangeConfigurationParams(settings={"lowerd": {"workerTimeout": 5}})
-        )
+    """Shown at the entry function (a dead worker reports no line); the server lives on, and
+    the next save builds. A limit set in the editor applies to the builds after it."""
+    set_settings(editor, limit)
     edited, original = editor.replace_line("net.make", line)
     since = len(editor.events)
     editor.save("models/net.py", edited)
@@ -375,15 +408,19 @@ async def test_a_dying_worker_is_an_error_at_the_entry_and_the_next_save_works(
         assert error.severity == types.DiagnosticSeverity.Error and words in error.message
         assert (await editor.built("net", since))["errorKind"] == code
     finally:
-        if code == "worker-timeout":
-            editor.client.workspace_did_change_configuration(
-                types.DidChangeConfigurationParams(settings={"lowerd": {"workerTimeout": None}})
-            )
+        set_settings(editor, dict.fromkeys(limit))
         since = len(editor.events)
         editor.save("models/net.py", original)
     assert (await editor.built("net", since))["status"] == "ok"
     await editor.until("error gone", lambda: not editor.at("net.entry", code))
     assert editor.at("net.entry", "coverage")
+
+
+def set_settings(editor: Editor, settings: dict[str, Any]) -> None:
+    if settings:
+        editor.client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"lowerd": settings})
+        )
 
 
 async def test_a_second_save_cancels_the_running_build(editor: Editor) -> None:
@@ -444,3 +481,56 @@ async def test_a_config_error_shows_at_its_line_until_fixed(editor: Editor) -> N
     await editor.built("net", since)
     await editor.until("config error gone", lambda: not editor.diagnostics(relative))
     await editor.until("coverage back", lambda: editor.at("net.entry", "coverage"))
+
+
+# Transport and start-up without a project ------------------------------------------------------
+
+
+async def test_tcp_transport_and_a_config_error_at_start(tmp_path: Path) -> None:
+    """`lowerd serve --tcp`: a workspace whose [tool.lowerd] is broken gets the error at its
+    line, and the server waits for a fix instead of exiting."""
+    (tmp_path / "pyproject.toml").write_text('[tool.lowerd]\nbackends = ["xnnpak"]\n')
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "lowerd", "serve", "--tcp", f"127.0.0.1:{port}", cwd=tmp_path
+    )
+    client = make_client([])
+    try:
+        await _connect(client, port)
+        await client.initialize_session(
+            types.InitializeParams(
+                capabilities=client_capabilities("neovim"), root_uri=tmp_path.as_uri()
+            )
+        )
+        uri = (tmp_path / "pyproject.toml").as_uri()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DEADLINE_SECONDS
+        while not client.diagnostics.get(uri):
+            assert loop.time() < deadline, "no config error"
+            await asyncio.sleep(0.05)
+        [error] = client.diagnostics[uri]
+        assert (error.code, error.range.start.line, error.source) == ("config-error", 1, "lowerd")
+        assert "xnnpak" in error.message
+        await client.shutdown_async(None)
+        client.exit(None)
+        assert await asyncio.wait_for(server.wait(), DEADLINE_SECONDS) == 0
+    finally:
+        if server.returncode is None:
+            server.kill()
+            await server.wait()
+        await client.stop()
+
+
+async def _connect(client: LanguageClient, port: int) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_SECONDS
+    while True:
+        try:
+            await client.start_tcp("127.0.0.1", port)
+            return
+        except OSError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.05)
