@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import multiprocessing
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
-from lowerd.lowering.build_state import up_to_date_report
+from lowerd.build_output import print_outcome, progress_printer
+from lowerd.lowering.batch import Batch
 from lowerd.lowering.config import (
     ProjectConfig,
     TargetConfig,
@@ -18,8 +18,6 @@ from lowerd.lowering.config import (
     select_targets,
 )
 from lowerd.lowering.project_store import store_for
-from lowerd.main import EXIT_OK, EXIT_TARGET_FAILED, print_json
-from lowerd.report_table import format_report
 
 
 def run_build(
@@ -29,41 +27,29 @@ def run_build(
     use_cache: bool,
     jobs: int,
 ) -> int:
-    config = load_config(Path(config_path) if config_path else find_config(Path.cwd()))
-    targets = select_targets(config, target_names)
     started = time.perf_counter()
-    done = {t.name: r for t in targets if use_cache and (r := _up_to_date(config, t))}
-    stale = [target for target in targets if target.name not in done]
+    path = Path(config_path) if config_path else find_config(Path.cwd())
+    batch = Batch.load(path, target_names, use_cache)
+    batch.answer_up_to_date()
+    config, stale = batch.config, batch.stale
     if jobs > 1 and len(stale) > 1:
-        done.update(_build_in_workers(config, stale, use_cache, jobs))
+        batch.results.update(_build_in_workers(config, stale, use_cache, jobs))
     else:
-        done.update((target.name, _build_here(config, target, use_cache)) for target in stale)
-    results = [done[target.name] for target in targets]
-    document = {"config": str(config.path), "targets": results}
-    if use_cache and any(result["cache"]["misses"] for result in results):
-        store_for(config).enforce_limit()  # only a build that stored blobs can exceed the cap
-    if as_json:
-        print_json(document)
-    else:
-        print(format_report(document, time.perf_counter() - started), end="")
-    failed = any(result["status"] != "ok" for result in results)
-    return EXIT_TARGET_FAILED if failed else EXIT_OK
-
-
-def _up_to_date(config: ProjectConfig, target: TargetConfig) -> dict | None:
-    started = time.perf_counter()
-    report = up_to_date_report(config, target)
-    return report and {**report, "seconds": round(time.perf_counter() - started, 3)}
+        for target in stale:
+            batch.results[target.name] = _build_here(config, target, use_cache)
+    document, exit_code = batch.outcome()
+    print_outcome(document, as_json, time.perf_counter() - started)
+    return exit_code
 
 
 def _build_here(config: ProjectConfig, target: TargetConfig, use_cache: bool) -> dict:
     from lowerd.lowering.build import build_target  # imports torch: only when there is work
 
-    progress = _print_progress if sys.stderr.isatty() else None
+    progress = progress_printer()
     store = store_for(config) if use_cache else None
     result = build_target(config, target, store, progress, reuse=use_cache)
     if progress:
-        sys.stderr.write("\r\033[K")
+        progress.clear()
     return result.to_json()
 
 
@@ -101,9 +87,3 @@ def _build_in_worker(config_path: str, target_name: str, use_cache: bool) -> dic
     config = load_config(Path(config_path))
     [target] = select_targets(config, [target_name])
     return _build_here(config, target, use_cache)
-
-
-def _print_progress(stage: str, target: str, detail: str | None) -> None:
-    text = f"[{target}] {stage}" + (f" {detail}" if detail else "")
-    sys.stderr.write(f"\r\033[K{text[:120]}")
-    sys.stderr.flush()

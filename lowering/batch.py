@@ -1,0 +1,65 @@
+"""One `lowerd build` of several targets: what is already up to date, the JSON document, the exit
+code.
+
+Shared by the in-process build (lowerd.build_command) and the daemon (lowerd.daemon.build_service),
+so that a build answers with the same document and exit code whichever path ran it. Nothing here
+imports torch: the daemon answers up-to-date targets with it, without a worker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lowerd.lowering.build_state import up_to_date_report
+from lowerd.lowering.config import ProjectConfig, TargetConfig, load_config, select_targets
+from lowerd.lowering.project_store import store_for
+
+# Exit codes: every target built; a target failed (the others still build); usage or config.
+EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE = 0, 1, 2
+
+TargetJson = dict[str, Any]
+
+
+@dataclass
+class Batch:
+    config: ProjectConfig
+    targets: list[TargetConfig]
+    use_cache: bool
+    results: dict[str, TargetJson] = field(default_factory=dict)  # target name -> its result
+
+    @classmethod
+    def load(cls, config_path: Path, target_names: Sequence[str], use_cache: bool) -> Batch:
+        config = load_config(config_path)
+        return cls(config, select_targets(config, target_names), use_cache)
+
+    def answer_up_to_date(self) -> None:
+        """Fill in every target whose last build still stands (never with --no-cache)."""
+        for target in self.stale:
+            result = self.up_to_date(target)
+            if result is not None:
+                self.results[target.name] = result
+
+    def up_to_date(self, target: TargetConfig) -> TargetJson | None:
+        if not self.use_cache:
+            return None
+        started = time.perf_counter()
+        report = up_to_date_report(self.config, target)
+        return report and {**report, "seconds": round(time.perf_counter() - started, 3)}
+
+    @property
+    def stale(self) -> list[TargetConfig]:
+        return [target for target in self.targets if target.name not in self.results]
+
+    def outcome(self) -> tuple[dict[str, Any], int]:
+        """The JSON document and the exit code, once every target has its result."""
+        results = [self.results[target.name] for target in self.targets]
+        document = {"config": str(self.config.path), "targets": results}
+        # Only a build that stored blobs can have pushed the cache past its cap.
+        if self.use_cache and any(r.get("cache", {}).get("misses") for r in results):
+            store_for(self.config).enforce_limit()
+        failed = any(result["status"] != "ok" for result in results)
+        return document, EXIT_TARGET_FAILED if failed else EXIT_OK
