@@ -8,6 +8,8 @@ no state left over from the previous build. The fork server itself never runs us
 
 messages in:  {"op": "build", "id", "config", "target", "memory_limit", "use_cache"} + pipe fd
 messages out: {"op": "ready"}, {"op": "started", "id", "pid"}, {"op": "exited", "id", "status"}
+worker events (on the pipe): {"type": "progress", "stage", "detail"}, {"type": "partitioned",
+"method", "report"}, {"type": "peak_rss", "bytes"}, then {"type": "result", "result"}
 """
 
 from __future__ import annotations
@@ -136,8 +138,18 @@ def _build(request: dict[str, Any], events: Any) -> None:
         return
     os.chdir(config.root)  # entries open files relative to their project, as scripts do
     sys.argv = [str(config.path)]
-    result = build_target(config, target, store, progress, on_partitioned=partitioned)
+    reuse = request.get("use_cache", True)  # --no-cache skips the kept-.pte shortcut too
+    result = build_target(config, target, store, progress, reuse=reuse, on_partitioned=partitioned)
+    # Before the result, so the daemon has it when the build ends: it decides whether a later
+    # build of this target fits in the memory that is free while others run.
+    write_frame(events, {"type": "peak_rss", "bytes": _peak_rss()})
     write_frame(events, {"type": "result", "result": result.to_json()})
+
+
+def _peak_rss() -> int:
+    # Linux reports ru_maxrss in KiB. A fork starts with the fork server's pages (torch, shared
+    # copy-on-write), so this overestimates what the build added: the safe side for admission.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _config_failure(request: dict[str, Any], error: Exception) -> dict[str, Any]:

@@ -1,13 +1,18 @@
-"""Length-prefixed msgpack frames: how a build worker streams events to the daemon over a pipe.
+"""Length-prefixed msgpack frames: how a build worker streams events to the daemon over a pipe,
+and how CLI clients and the daemon talk over its socket (daemon/rpc.py).
 
-msgpack only, never pickle: nothing a worker (running user code) writes can execute in the daemon.
+msgpack only, never pickle: nothing a worker (running user code) or a client writes can execute in
+the daemon.
 """
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgpack
+
+if TYPE_CHECKING:  # the CLI client reads frames without paying for asyncio's import
+    import asyncio
 
 _LENGTH = 4
 MAX_FRAME = 64 * 1024 * 1024  # a report of a huge model is megabytes; anything past this is junk
@@ -42,6 +47,29 @@ def decode_payload(payload: bytes) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise FrameError(f"frame is a {type(message).__name__}, not a map")
     return message
+
+
+def read_frame(stream: BinaryIO) -> dict[str, Any] | None:
+    """The next message from a blocking stream; None at its end, or if it ends mid-frame."""
+    header = stream.read(_LENGTH)
+    if len(header) < _LENGTH:
+        return None
+    length = frame_length(header)
+    payload = stream.read(length)
+    if len(payload) < length:
+        return None
+    return decode_payload(payload)
+
+
+async def read_frame_async(reader: asyncio.StreamReader) -> dict[str, Any] | None:
+    """The next message from an asyncio stream; None at its end, or if it ends mid-frame."""
+    import asyncio
+
+    try:
+        header = await reader.readexactly(_LENGTH)
+        return decode_payload(await reader.readexactly(frame_length(header)))
+    except asyncio.IncompleteReadError:
+        return None
 
 
 HEADER_SIZE = _LENGTH

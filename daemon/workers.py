@@ -22,7 +22,7 @@ from typing import Any
 
 import msgpack
 
-from lowerd.daemon.frames import HEADER_SIZE, FrameError, decode_payload, frame_length
+from lowerd.daemon.frames import FrameError, read_frame_async
 
 EventCallback = Callable[[dict[str, Any]], None]
 # How long a worker's exit status may trail the end of its event pipe.
@@ -258,9 +258,10 @@ async def _read_events(events: asyncio.StreamReader, on_event: EventCallback) ->
     """Forward the worker's events; its result, or None if the pipe ended without one."""
     while True:
         try:
-            header = await events.readexactly(HEADER_SIZE)
-            message = decode_payload(await events.readexactly(frame_length(header)))
-        except (asyncio.IncompleteReadError, FrameError):
+            message = await read_frame_async(events)
+        except FrameError:
+            return None
+        if message is None:
             return None
         if message.get("type") == "result":
             return message.get("result")
