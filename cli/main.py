@@ -1,4 +1,4 @@
-"""The `lowerd` command: build targets, and look after the blob cache.
+"""The `lowerd` command: build targets, run or ask the project's daemon, look after the blob cache.
 
 Exit codes: 0 every target built; 1 a target failed (the others still build); 2 usage or config.
 """
@@ -6,16 +6,14 @@ Exit codes: 0 every target built; 1 a target failed (the others still build); 2 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 from collections.abc import Sequence
 
 from lowerd import __version__
+from lowerd.lowering.batch import EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE
 from lowerd.lowering.errors import ConfigError, LowerdError
-
-EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -60,8 +58,27 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
     build.add_argument("--json", action="store_true", help="print the report as one JSON document")
     build.add_argument("--no-cache", action="store_true", help="preprocess every partition afresh")
-    build.add_argument("--jobs", "-j", type=_positive_int, default=1, help="targets built at once")
+    build.add_argument(
+        "--jobs",
+        "-j",
+        type=_positive_int,
+        help="targets built at once (default: the number of cores through the daemon, else 1)",
+    )
+    where = build.add_mutually_exclusive_group()
+    where.add_argument(
+        "--daemon",
+        action="store_true",
+        help="build through the project's daemon, starting it if none runs",
+    )
+    where.add_argument(
+        "--no-daemon", action="store_true", help="build in this process, even if a daemon runs"
+    )
     build.set_defaults(run=_run_build)
+
+    daemon = commands.add_parser("daemon", help="start, stop or ask the project's build daemon")
+    daemon.add_argument("--config", help="pyproject.toml of the project (default: found from cwd)")
+    daemon.add_argument("action", choices=("start", "stop", "status", "restart"))
+    daemon.set_defaults(run=_run_daemon)
 
     cache = commands.add_parser("cache", help="inspect or trim the delegate blob cache")
     cache.add_argument("--config", help="pyproject.toml whose cache settings apply")
@@ -100,6 +117,21 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 
 def _run_build(args: argparse.Namespace) -> int:
+    """Through the project's daemon when one runs (or --daemon starts one), else in-process."""
+    if not args.no_daemon:
+        from lowerd.daemon_client import build_via_daemon  # torch-free: the daemon has it
+
+        exit_code = build_via_daemon(
+            config_path=args.config,
+            target_names=args.targets,
+            as_json=args.json,
+            use_cache=not args.no_cache,
+            # Warm workers make a job cheap; in-process, each extra job pays its own torch import.
+            jobs=args.jobs or os.cpu_count() or 1,
+            start=args.daemon,
+        )
+        if exit_code is not None:
+            return exit_code
     from lowerd.build_command import run_build
 
     return run_build(
@@ -107,8 +139,14 @@ def _run_build(args: argparse.Namespace) -> int:
         target_names=args.targets,
         as_json=args.json,
         use_cache=not args.no_cache,
-        jobs=args.jobs,
+        jobs=args.jobs or 1,
     )
+
+
+def _run_daemon(args: argparse.Namespace) -> int:
+    from lowerd.daemon_client import run_daemon_command
+
+    return run_daemon_command(args.action, args.config)
 
 
 def _run_cache_stats(args: argparse.Namespace) -> int:
@@ -147,11 +185,6 @@ def _run_cache_clear(args: argparse.Namespace) -> int:
     store = open_store(args.config)
     print(f"removed {store.clear()} entries from {store.root}")
     return EXIT_OK
-
-
-def print_json(document: dict) -> None:
-    json.dump(document, sys.stdout, indent=2)
-    sys.stdout.write("\n")
 
 
 if __name__ == "__main__":

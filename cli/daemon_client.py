@@ -1,0 +1,274 @@
+"""The client side of the project's daemon: `lowerd build` through it, and `lowerd daemon ...`.
+
+Like `dmypy run`: find the project's daemon by its status file, restart it when it was started
+by another lowerd, torch or executorch, or with other daemon-scoped options, and ask it over its
+private socket. Nothing here imports torch, nor the daemon's own modules beyond the runtime
+folder's: a build answered by a warm daemon costs the client a Python start and a round trip.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lowerd.build_output import print_outcome, progress_printer
+from lowerd.daemon.frames import encode_frame, read_frame
+from lowerd.daemon.runtime import (
+    DaemonPaths,
+    DaemonStatus,
+    RuntimeDirError,
+    peer_uid,
+    process_alive,
+    read_status,
+    remove_files,
+)
+from lowerd.lowering.batch import EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE
+from lowerd.lowering.config import ProjectConfig, find_config, load_config, select_targets
+
+START_TIMEOUT_SECONDS = 60.0
+STOP_TIMEOUT_SECONDS = 15.0
+POLL_SECONDS = 0.02
+
+Frame = dict[str, Any]
+
+
+class DaemonError(Exception):
+    """The daemon could not be reached, started or stopped."""
+
+
+def load_project(config_path: str | None) -> ProjectConfig:
+    return load_config(Path(config_path) if config_path else find_config(Path.cwd()))
+
+
+# lowerd build ---------------------------------------------------------------------------------
+
+
+def build_via_daemon(
+    config_path: str | None,
+    target_names: Sequence[str],
+    as_json: bool,
+    use_cache: bool,
+    jobs: int,
+    start: bool,
+) -> int | None:
+    """Build through the project's daemon: the running one, or with `start` a new one.
+
+    None when there is no daemon to use: the caller builds in-process.
+    """
+    started = time.perf_counter()
+    config = load_project(config_path)
+    select_targets(config, target_names)  # a wrong name is a usage error before any daemon
+    start = start or config.daemon
+    try:
+        status = _daemon_for(config, start)
+    except (RuntimeDirError, DaemonError) as error:
+        if not start:
+            return None  # no usable daemon, none asked for: build in-process, as without one
+        print(f"lowerd: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if status is None:
+        return None
+    request = {
+        "op": "build",
+        "config": str(config.path),
+        "targets": list(target_names),
+        "use_cache": use_cache,
+        "jobs": jobs,
+    }
+    progress = progress_printer()
+    try:
+        final = ask(status, request, _progress_shower(progress))
+    except DaemonError as error:
+        print(f"lowerd: {error}", file=sys.stderr)
+        return EXIT_TARGET_FAILED
+    finally:
+        if progress:
+            progress.clear()
+    if final.get("type") != "final":
+        print(f"lowerd: the daemon refused the build: {final.get('message')}", file=sys.stderr)
+        return EXIT_USAGE
+    if final["document"] is None:
+        print(f"lowerd: {final['message']}", file=sys.stderr)
+    else:
+        print_outcome(final["document"], as_json, time.perf_counter() - started)
+    return int(final["exit_code"])
+
+
+def _progress_shower(progress: Callable[..., None] | None) -> Callable[[Frame], None]:
+    def show(frame: Frame) -> None:
+        if progress and frame.get("type") == "progress":
+            progress(frame["stage"], frame["target"], frame.get("detail"))
+
+    return show
+
+
+def _daemon_for(config: ProjectConfig, start: bool) -> DaemonStatus | None:
+    """The daemon that can serve this config now: a stale one is replaced, as dmypy does."""
+    paths = DaemonPaths.for_root(config.root)
+    status = read_status(paths)
+    if status is not None and status.mismatch(config):
+        if status.kind != "headless":
+            return None  # an editor's server is the editor's to restart; build without it
+        stop_daemon(paths, status)
+        return start_daemon(paths, config)
+    if status is None and start:
+        return start_daemon(paths, config)
+    return status
+
+
+# The daemon's life -----------------------------------------------------------------------------
+
+
+def start_daemon(paths: DaemonPaths, config: ProjectConfig) -> DaemonStatus:
+    """Start the headless daemon and wait until its socket answers (its status file is there)."""
+    command = [sys.executable, "-m", "lowerd.daemon.headless", "--config", str(config.path)]
+    # Appended, never truncated: a daemon started at the same time by another client (that
+    # finds this one running and leaves) writes to the same log.
+    log = os.open(paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        starter = subprocess.run(
+            [*command, "--detach"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            cwd=config.root,
+            check=False,
+        )
+    finally:
+        os.close(log)
+    if starter.returncode != 0:
+        raise DaemonError(f"the daemon did not start{_log_tail(paths)}")
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        status = read_status(paths)
+        if status is not None:
+            return status
+        time.sleep(POLL_SECONDS)
+    raise DaemonError(
+        f"the daemon did not answer within {START_TIMEOUT_SECONDS:g} s{_log_tail(paths)}"
+    )
+
+
+def stop_daemon(paths: DaemonPaths, status: DaemonStatus) -> None:
+    """Ask the daemon to stop and wait for it to be gone; kill it if it does not go."""
+    try:
+        ask(status, {"op": "stop"})
+    except DaemonError:
+        pass  # not answering: it is killed below
+    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+    while process_alive(status.pid) and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+    if process_alive(status.pid):
+        os.kill(status.pid, 9)
+        while process_alive(status.pid):
+            time.sleep(POLL_SECONDS)
+    remove_files(paths, status.pid)
+
+
+def ask(
+    status: DaemonStatus, request: Frame, on_frame: Callable[[Frame], None] = lambda _: None
+) -> Frame:
+    """Send one request; pass the streamed frames on; return the last one (final, status, ...).
+
+    A KeyboardInterrupt closes the socket on its way out, which cancels the request's builds.
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        try:
+            connection.connect(status.socket)
+        except OSError as error:
+            raise DaemonError(f"cannot reach the daemon at {status.socket}: {error}") from None
+        if peer_uid(connection) != os.geteuid():
+            raise DaemonError(f"the socket {status.socket} is another user's")
+        connection.sendall(encode_frame(request))
+        with connection.makefile("rb") as replies:
+            while (frame := read_frame(replies)) is not None:
+                if frame.get("type") != "progress":
+                    return frame
+                on_frame(frame)
+    raise DaemonError(
+        f"the daemon (pid {status.pid}) went away before answering"
+        + (f"; its log: {status.log}" if status.log else "")
+    )
+
+
+def _log_tail(paths: DaemonPaths, lines: int = 10) -> str:
+    try:
+        tail = paths.log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return f"; the end of its log ({paths.log}):\n" + "\n".join(tail) if tail else ""
+
+
+# lowerd daemon start|stop|status|restart ------------------------------------------------------
+
+
+def run_daemon_command(action: str, config_path: str | None) -> int:
+    config = load_project(config_path)
+    try:
+        paths = DaemonPaths.for_root(config.root)
+        return _DAEMON_ACTIONS[action](paths, config)
+    except (RuntimeDirError, DaemonError) as error:
+        print(f"lowerd: {error}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _start(paths: DaemonPaths, config: ProjectConfig) -> int:
+    status = _daemon_for(config, start=True)
+    if status is None:  # an editor's out-of-date server holds the project
+        print(f"lowerd: an editor's daemon serves {config.root}; close it first", file=sys.stderr)
+        return EXIT_TARGET_FAILED
+    print(f"daemon {status.pid} serves {status.root}")
+    return EXIT_OK
+
+
+def _stop(paths: DaemonPaths, config: ProjectConfig) -> int:
+    status = read_status(paths)
+    if status is None:
+        print(f"no daemon serves {config.root}")
+        return EXIT_OK
+    if status.kind != "headless":
+        print(f"lowerd: daemon {status.pid} is an editor's: it ends with it", file=sys.stderr)
+        return EXIT_TARGET_FAILED
+    stop_daemon(paths, status)
+    print(f"stopped daemon {status.pid}")
+    return EXIT_OK
+
+
+def _restart(paths: DaemonPaths, config: ProjectConfig) -> int:
+    if _stop(paths, config) != EXIT_OK:
+        return EXIT_TARGET_FAILED
+    return _start(paths, config)
+
+
+def _status(paths: DaemonPaths, config: ProjectConfig) -> int:
+    status = read_status(paths)
+    if status is None:
+        print(f"no daemon serves {config.root}")
+        return EXIT_TARGET_FAILED
+    reply = ask(status, {"op": "status"})
+    if reply.get("type") != "status":
+        raise DaemonError(f"the daemon did not tell its status: {reply.get('message')}")
+    up = time.time() - status.started
+    print(f"daemon {status.pid} serves {status.root} ({status.kind}, up {up:.0f} s)")
+    print(f"  socket: {status.socket}")
+    if status.log:
+        print(f"  log:    {status.log}")
+    if why := status.mismatch(config):
+        print(f"  stale:  {why}; the next lowerd build restarts it")
+    for build in reply["builds"]:
+        print(f"  building {build['target']} (pid {build['pid']}, {build['seconds']} s)")
+    return EXIT_OK
+
+
+_DAEMON_ACTIONS: dict[str, Callable[[DaemonPaths, ProjectConfig], int]] = {
+    "start": _start,
+    "stop": _stop,
+    "status": _status,
+    "restart": _restart,
+}

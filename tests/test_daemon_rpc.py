@@ -1,0 +1,435 @@
+"""`lowerd build` as a client of the project's daemon: real processes on a real private socket.
+
+Every daemon here runs in a temporary runtime folder ($XDG_RUNTIME_DIR) with a temporary blob
+cache ($LOWERD_CACHE_DIR), on copies of tests/projects. A daemon's fork server imports torch
+once (several seconds of CPU), so the daemons are few and module-scoped:
+
+- `served`, a basic/ copy whose daemon is started with `lowerd daemon start`: the round trip
+  against an in-process build, modes, another uid, two clients at once;
+- `autostarted`, a basic/ copy built with `--daemon`: autostart, then kill -9 mid-build and
+  recovery;
+- `crashy`, whose `hangs` target never ends: Ctrl-C and a dropped connection cancel it.
+
+Nothing here measures time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lowerd.daemon.frames import encode_frame, read_frame
+from lowerd.daemon.runtime import DaemonPaths, DaemonStatus, process_alive, read_status
+
+from test_cli import (
+    PROJECTS,
+    TIMEOUT_SECONDS,
+    TRACEBACK,
+    Run,
+    copy_project,
+    lowerd,
+    lowerd_without_torch,
+    shas,
+    without_timing,
+)
+
+TARGETS = ["refused", "pkg"]  # a refused op with its line, and a module-path entry: small
+UNBUILDABLE_UID = 65534  # nobody
+
+
+# Helpers ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """$XDG_RUNTIME_DIR for every process of this module, this one included; daemons left running
+    by a failed test are killed at the end."""
+    folder = tmp_path_factory.mktemp("run")
+    folder.chmod(0o700)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("XDG_RUNTIME_DIR", str(folder))
+        env.delenv("LOWERD_LOG_LEVEL", raising=False)
+        yield folder
+    for status_file in (folder / "lowerd").glob("*.json"):
+        pid = json.loads(status_file.read_text())["pid"]
+        if process_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def start_client(cwd: Path, cache: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "lowerd", *args],
+        cwd=cwd,
+        env=dict(os.environ, LOWERD_CACHE_DIR=str(cache)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finished(client: subprocess.Popen) -> Run:
+    stdout, stderr = client.communicate(timeout=TIMEOUT_SECONDS)
+    return Run(client.args[3:], client.returncode, stdout, stderr)
+
+
+def daemon_of(root: Path) -> DaemonStatus | None:
+    return read_status(DaemonPaths.for_root(root))
+
+
+def ask(root: Path, request: dict[str, Any]) -> dict[str, Any]:
+    status = daemon_of(root)
+    assert status is not None, f"no daemon serves {root}"
+    with socket.socket(socket.AF_UNIX) as connection:
+        connection.connect(status.socket)
+        connection.sendall(encode_frame(request))
+        with connection.makefile("rb") as replies:
+            while (frame := read_frame(replies)) is not None:
+                if frame["type"] != "progress":
+                    return frame
+    raise AssertionError("the daemon closed the connection without an answer")
+
+
+def wait_for(condition: Callable[[], Any], what: str, seconds: float = 120.0) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if value := condition():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def running_builds(root: Path) -> list[dict[str, Any]]:
+    return ask(root, {"op": "status"})["builds"]
+
+
+def stop(root: Path, cache: Path) -> None:
+    run = lowerd(root, cache, "daemon", "stop")
+    assert run.returncode == 0, run.log
+
+
+def assert_ok(run: Run, names: list[str]) -> dict[str, Any]:
+    assert run.returncode == 0, run.log
+    assert TRACEBACK not in run.stderr, run.log
+    document = run.json()
+    assert [t["name"] for t in document["targets"]] == names
+    assert {t["status"] for t in document["targets"]} == {"ok"}, run.log
+    return document
+
+
+def relative(document: dict[str, Any], root: Path) -> dict[str, Any]:
+    """The document with the project's folder taken out of its paths, to compare two copies."""
+    return json.loads(json.dumps(without_timing(document)).replace(str(root), "<root>"))
+
+
+# served/: a daemon started with `lowerd daemon start` -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(runtime: Path, cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = copy_project(PROJECTS / "basic", tmp_path_factory.mktemp("served") / "basic")
+    run = lowerd(root, cache, "daemon", "start")
+    assert run.returncode == 0 and "serves" in run.stdout, run.log
+    yield root
+    stop(root, cache)
+
+
+@pytest.fixture(scope="module")
+def in_process(runtime: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run]:
+    """The reference: the same targets built in-process, on their own copy and cold cache."""
+    root = copy_project(PROJECTS / "basic", tmp_path_factory.mktemp("in-process") / "basic")
+    run = lowerd(root, tmp_path_factory.mktemp("in-process-cache"), "build", "--json", *TARGETS)
+    assert_ok(run, TARGETS)
+    return root, run
+
+
+@pytest.fixture(scope="module")
+def through_daemon(served: Path, cache: Path) -> Run:
+    return lowerd(served, cache, "build", "--json", *TARGETS)
+
+
+def test_build_through_the_daemon_prints_the_in_process_document(
+    served: Path, through_daemon: Run, in_process: tuple[Path, Run]
+) -> None:
+    reference_root, reference = in_process
+    document = assert_ok(through_daemon, TARGETS)
+    assert relative(document, served) == relative(reference.json(), reference_root)
+    for target in document["targets"]:
+        assert target["reused"] is None and target["cache"]["misses"] > 0, target
+    assert running_builds(served) == []
+
+
+def test_the_readable_report_is_the_same_through_the_daemon(
+    served: Path, cache: Path, through_daemon: Run
+) -> None:
+    daemon_run = lowerd(served, cache, "build", *TARGETS)
+    local_run = lowerd_without_torch(served, cache, "build", "--no-daemon", *TARGETS)
+    for run in (daemon_run, local_run):
+        assert run.returncode == 0, run.log
+    # The summary line carries a time; every line above it must agree.
+    assert daemon_run.stdout.splitlines()[:-1] == local_run.stdout.splitlines()[:-1]
+    assert "up to date" in daemon_run.stdout
+
+
+def test_an_unchanged_rebuild_is_answered_by_the_daemon_without_torch(
+    served: Path, cache: Path, through_daemon: Run
+) -> None:
+    run = lowerd_without_torch(served, cache, "build", "--json", *TARGETS)
+    document = assert_ok(run, TARGETS)
+    assert {t["reused"] for t in document["targets"]} == {"up-to-date"}
+    assert shas(document) == shas(through_daemon.json())
+
+
+def test_a_config_error_exits_2_through_the_daemon_too(served: Path, cache: Path) -> None:
+    run = lowerd_without_torch(served, cache, "build", "no_such_target")
+    assert run.returncode == 2 and "unknown target 'no_such_target'" in run.stderr, run.log
+
+
+def test_daemon_files_are_private(served: Path, runtime: Path) -> None:
+    paths = DaemonPaths.for_root(served)
+    assert paths.folder == runtime / "lowerd"
+    modes = {p: stat.S_IMODE(os.lstat(p).st_mode) for p in (paths.folder, paths.socket)}
+    assert modes == {paths.folder: 0o700, paths.socket: 0o600}
+    assert stat.S_ISSOCK(os.lstat(paths.socket).st_mode)
+    assert stat.S_IMODE(paths.status.stat().st_mode) == 0o600
+    status = daemon_of(served)
+    assert status.socket == str(paths.socket) and status.root == str(served)
+    assert process_alive(status.pid) and status.kind == "headless"
+
+
+def test_status_names_the_daemon(served: Path, cache: Path) -> None:
+    run = lowerd_without_torch(served, cache, "daemon", "status")
+    assert run.returncode == 0, run.log
+    assert f"daemon {daemon_of(served).pid} serves {served}" in run.stdout
+
+
+def _connect_as(uid: int, socket_path: Path) -> dict[str, Any] | str:
+    """Ask for the status from a forked child running as `uid`: the reply, or the name of the
+    error the connection failed with.
+
+    The child enters the socket's folder before it drops root, so that only that folder's and
+    the socket's modes stand between it and the daemon, not those of pytest's temp folders.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        outcome: Any
+        try:
+            os.chdir(socket_path.parent)
+            os.setgid(uid)
+            os.setuid(uid)
+            with socket.socket(socket.AF_UNIX) as connection:
+                connection.connect(socket_path.name)
+                connection.sendall(encode_frame({"op": "status"}))
+                with connection.makefile("rb") as replies:
+                    outcome = read_frame(replies) or "closed"
+        except OSError as error:
+            outcome = type(error).__name__
+        os.write(write_end, json.dumps(outcome).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        outcome = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    return outcome
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to another uid needs root")
+def test_another_user_is_refused(served: Path) -> None:
+    paths = DaemonPaths.for_root(served)
+    # The private folder keeps another user from the socket at all.
+    assert _connect_as(UNBUILDABLE_UID, paths.socket) == "PermissionError"
+    # Were both opened up by mistake, the daemon still checks the peer's uid and refuses it.
+    paths.folder.chmod(0o711)
+    paths.socket.chmod(0o666)
+    try:
+        refused = _connect_as(UNBUILDABLE_UID, paths.socket)
+    finally:
+        paths.folder.chmod(0o700)
+        paths.socket.chmod(0o600)
+    assert isinstance(refused, dict), refused
+    assert refused["type"] == "error" and f"uid {UNBUILDABLE_UID}" in refused["message"]
+    assert ask(served, {"op": "status"})["type"] == "status"  # and it goes on serving
+
+
+def test_two_clients_at_once_get_the_same_bytes(
+    served: Path, cache: Path, through_daemon: Run
+) -> None:
+    shutil.rmtree(served / "build")
+    clients = [start_client(served, cache, "build", "--json", *TARGETS) for _ in range(2)]
+    documents = [assert_ok(finished(client), TARGETS) for client in clients]
+    for document in documents:
+        assert shas(document) == shas(through_daemon.json())
+    # They took turns on each target: whoever came second found it built.
+    for name in TARGETS:
+        reused = sorted(str(d["targets"][TARGETS.index(name)]["reused"]) for d in documents)
+        assert reused in (["None", "up-to-date"], ["None", "None"]), reused
+
+
+def test_an_insecure_runtime_folder_is_refused(tmp_path: Path, served: Path) -> None:
+    loose = tmp_path / "loose"
+    (loose / "lowerd").mkdir(parents=True)
+    (loose / "lowerd").chmod(0o755)
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(loose))
+    done = subprocess.run(
+        [sys.executable, "-m", "lowerd", "daemon", "start"],
+        cwd=served,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "has mode 0o755; lowerd needs 0o700" in done.stderr
+    assert list((loose / "lowerd").iterdir()) == []
+
+
+# Without a running daemon ------------------------------------------------------------------------
+
+
+def test_a_stale_status_file_is_cleaned_up(runtime: Path, cache: Path, tmp_path: Path) -> None:
+    root = copy_project(PROJECTS / "basic", tmp_path / "basic")
+    paths = DaemonPaths.for_root(root)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    paths.socket.touch(mode=0o600)
+    status = {
+        "pid": dead.pid,
+        "socket": str(paths.socket),
+        "root": str(root),
+        "kind": "headless",
+        "version": "0.1.0",
+        "tool_versions": [],
+        "scope": "",
+        "started": 0.0,
+        "log": None,
+    }
+    paths.status.write_text(json.dumps(status))
+    paths.status.chmod(0o600)
+    run = lowerd_without_torch(root, cache, "daemon", "status")
+    assert run.returncode == 1 and f"no daemon serves {root}" in run.stdout, run.log
+    assert not paths.status.exists() and not paths.socket.exists()
+
+
+@pytest.fixture(scope="module")
+def autostarted(runtime: Path, cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = copy_project(PROJECTS / "basic", tmp_path_factory.mktemp("autostart") / "basic")
+    assert daemon_of(root) is None
+    return root
+
+
+@pytest.fixture(scope="module")
+def autostart_run(autostarted: Path, cache: Path) -> Iterator[Run]:
+    yield lowerd(autostarted, cache, "build", "--json", "--daemon", *TARGETS)
+    if daemon_of(autostarted):
+        stop(autostarted, cache)
+
+
+def test_daemon_flag_starts_a_daemon_and_builds_through_it(
+    autostarted: Path, autostart_run: Run, in_process: tuple[Path, Run]
+) -> None:
+    document = assert_ok(autostart_run, TARGETS)
+    assert shas(document) == shas(in_process[1].json())
+    status = daemon_of(autostarted)
+    assert status is not None and process_alive(status.pid)
+    assert status.root == str(autostarted)
+
+
+def test_kill_9_mid_build_then_the_next_build_recovers(
+    autostarted: Path, autostart_run: Run, cache: Path
+) -> None:
+    expected = shas(autostart_run.json())
+    daemon = daemon_of(autostarted)
+    shutil.rmtree(autostarted / "build")
+    client = start_client(autostarted, cache, "build", "--json", *TARGETS)
+    builds = wait_for(lambda: [b for b in running_builds(autostarted) if b["pid"]], "a build")
+    os.kill(daemon.pid, signal.SIGKILL)
+    interrupted = finished(client)
+    assert interrupted.returncode == 1, interrupted.log
+    assert "went away" in interrupted.stderr and TRACEBACK not in interrupted.stderr
+    # The fork server saw its daemon go and took the worker with it.
+    workers = [build["pid"] for build in builds]
+    wait_for(lambda: not any(map(process_alive, workers)), "the orphaned workers to end", 30)
+
+    recovered = lowerd(autostarted, cache, "build", "--json", "--daemon", *TARGETS)
+    assert shas(assert_ok(recovered, TARGETS)) == expected
+    new_daemon = daemon_of(autostarted)
+    assert new_daemon is not None and new_daemon.pid != daemon.pid
+    for target in recovered.json()["targets"]:
+        assert Path(target["output"]).is_file()
+
+
+def test_a_changed_environment_restarts_the_daemon(
+    autostarted: Path, cache: Path, tmp_path: Path
+) -> None:
+    before = daemon_of(autostarted) or pytest.skip("no daemon left by the tests before")
+    run = lowerd_without_torch(autostarted, tmp_path / "another-cache", "daemon", "start")
+    assert run.returncode == 0, run.log
+    after = daemon_of(autostarted)
+    assert after.pid != before.pid and not process_alive(before.pid)
+    assert after.scope != before.scope
+    stop(autostarted, tmp_path / "another-cache")
+    assert daemon_of(autostarted) is None
+
+
+# crashy/: cancelling ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def crashy(runtime: Path, cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = copy_project(PROJECTS / "crashy", tmp_path_factory.mktemp("crashy") / "crashy")
+    run = lowerd(root, cache, "daemon", "start")
+    assert run.returncode == 0, run.log
+    yield root
+    stop(root, cache)
+
+
+def hanging_worker(root: Path) -> int:
+    [build] = wait_for(lambda: [b for b in running_builds(root) if b["pid"]], "the hanging build")
+    return build["pid"]
+
+
+def _interrupt_client(root: Path, cache: Path) -> int:
+    client = start_client(root, cache, "build", "hangs")
+    worker = hanging_worker(root)
+    client.send_signal(signal.SIGINT)
+    run = finished(client)
+    assert run.returncode == 130 and "interrupted" in run.stderr, run.log
+    assert TRACEBACK not in run.stderr, run.log
+    return worker
+
+
+def _drop_connection(root: Path, cache: Path) -> int:
+    request = {"op": "build", "config": str(root / "pyproject.toml"), "targets": ["hangs"]}
+    with socket.socket(socket.AF_UNIX) as connection:
+        connection.connect(daemon_of(root).socket)
+        connection.sendall(encode_frame(request))
+        return hanging_worker(root)
+
+
+@pytest.mark.parametrize("leave", [_interrupt_client, _drop_connection], ids=["ctrl-c", "drop"])
+def test_a_client_that_leaves_cancels_its_build(
+    crashy: Path, cache: Path, leave: Callable[[Path, Path], int]
+) -> None:
+    worker = leave(crashy, cache)
+    wait_for(lambda: not process_alive(worker), "the cancelled worker to end", 30)
+    wait_for(lambda: running_builds(crashy) == [], "the daemon to forget the build", 30)
+    run = lowerd_without_torch(crashy, cache, "daemon", "status")
+    assert run.returncode == 0 and "building" not in run.stdout, run.log
