@@ -65,6 +65,7 @@ export class Controller implements vscode.Disposable {
       },
       diagnostics: () => this.scheduleReport(),
       buildFinished: () => this.scheduleReport(),
+      reportRequested: (target) => void this.showReport(target),
       state: (running) => {
         // While starting, the client passes through "stopped"; only a running server stops.
         if (running) {
@@ -264,13 +265,13 @@ export class Controller implements vscode.Disposable {
     await this.run(() => this.server.executeCommand(SERVER.buildAll));
   }
 
-  async showReport(): Promise<void> {
+  async showReport(target?: string): Promise<void> {
     if (!this.root) {
       void vscode.window.showInformationMessage("lowerd: no pyproject.toml with [tool.lowerd] in this workspace.");
       return;
     }
     const report = (await this.fetchReport()) ?? parseReport({});
-    this.panel.show(report, this.root, this.progress.describe());
+    this.panel.show(report, this.root, this.progress.describe(), target);
   }
 
   async clearCache(): Promise<void> {

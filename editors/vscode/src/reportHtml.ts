@@ -16,7 +16,9 @@ export interface PageOptions {
   /** Shown in the heading: the project root. */
   projectName: string;
   /** Shown while the server builds. */
-  building?: string;
+  building?: string | undefined;
+  /** A target to scroll to. */
+  focus?: string | undefined;
 }
 
 export function escapeHtml(text: string): string {
@@ -192,6 +194,8 @@ a.source:hover { text-decoration: underline; }
 
 const SCRIPT = `
 const vscode = typeof acquireVsCodeApi === "function" ? acquireVsCodeApi() : undefined;
+const focus = document.body.dataset.focus;
+if (focus) document.getElementById("target-" + focus)?.scrollIntoView();
 document.addEventListener("click", (event) => {
   const link = event.target instanceof Element ? event.target.closest("a.source") : null;
   if (!link) return;
@@ -224,7 +228,7 @@ export function renderReportPage(report: Report, options: PageOptions): string {
 <meta http-equiv="Content-Security-Policy" content="${csp}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>lowerd report</title><style>${STYLE}</style></head>
-<body><h1>lowerd delegation report</h1><p class="subtitle">${escapeHtml(options.projectName)}</p>
+<body${options.focus ? ` data-focus="${escapeHtml(options.focus)}"` : ""}><h1>lowerd delegation report</h1><p class="subtitle">${escapeHtml(options.projectName)}</p>
 ${building}${configError}${targets}
 <script nonce="${options.nonce}">${SCRIPT}</script></body></html>
 `;

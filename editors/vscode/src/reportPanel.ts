@@ -28,7 +28,7 @@ export class ReportPanel implements vscode.Disposable {
     return this.panel !== undefined;
   }
 
-  show(report: Report, root: string, building?: string): void {
+  show(report: Report, root: string, building?: string, focus?: string): void {
     this.root = root;
     if (!this.panel) {
       this.panel = vscode.window.createWebviewPanel(
@@ -42,10 +42,10 @@ export class ReportPanel implements vscode.Disposable {
     } else {
       this.panel.reveal(undefined, true);
     }
-    this.update(report, root, building);
+    this.update(report, root, building, focus);
   }
 
-  update(report: Report, root: string, building?: string): void {
+  update(report: Report, root: string, building?: string, focus?: string): void {
     if (!this.panel) {
       return;
     }
@@ -55,6 +55,7 @@ export class ReportPanel implements vscode.Disposable {
       nonce: randomBytes(16).toString("base64"),
       projectName: path.basename(root),
       building,
+      focus,
     });
   }
 

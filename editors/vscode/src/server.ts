@@ -22,12 +22,15 @@ import { initializationOptions } from "./settings";
 export const CLIENT_ID = "lowerd";
 /** Sent by the server after each target build (daemon/server.py). */
 const BUILD_FINISHED = "lowerd/buildFinished";
+const REPORT = "lowerd.report";
 
 export interface ServerListeners {
   progress(token: ProgressToken, value: ProgressValue): void;
   diagnostics(uri: vscode.Uri): void;
   /** The server's `lowerd/buildFinished` notification. */
   buildFinished(): void;
+  /** A `lowerd.report` code lens was clicked (its argument: the target). */
+  reportRequested(target: string | undefined): void;
   state(running: boolean): void;
 }
 
@@ -71,6 +74,16 @@ export class LowerdServer implements vscode.Disposable {
         handleWorkDoneProgress: (token, params, next) => {
           this.listeners.progress(token, params);
           next(token, params);
+        },
+        // The coverage code lens runs the server's `lowerd.report`, whose answer is data for
+        // programs; a person who clicks it wants the report page.
+        executeCommand: (command, args: unknown[], next) => {
+          if (command === REPORT) {
+            const [target] = args;
+            this.listeners.reportRequested(typeof target === "string" ? target : undefined);
+            return undefined;
+          }
+          return next(command, args) as vscode.ProviderResult<unknown>;
         },
         handleDiagnostics: (uri, diagnostics, next) => {
           next(uri, diagnostics);

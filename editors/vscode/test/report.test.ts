@@ -1,6 +1,9 @@
+import { readFileSync } from "node:fs";
+import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { isBuilt, isFailed, parseReport, parseTarget } from "../src/report";
+import { statusView } from "../src/status";
 import { fixtureReport } from "./fixture";
 
 describe("parseReport", () => {
@@ -83,5 +86,25 @@ describe("parseReport", () => {
       file: "/p/pyproject.toml",
       line: 3,
     });
+  });
+});
+
+describe("the server's lowerd.report answer", () => {
+  it("parses as recorded from `lowerd serve` (tests/projects/nvim, root rewritten)", () => {
+    const text = readFileSync(path.join(__dirname, "fixtures", "server-report.json"), "utf-8");
+    const report = parseReport(JSON.parse(text) as unknown);
+    expect(report.root).toBe("/project");
+    expect(report.building).toEqual([]);
+    expect(report.error).toBeNull();
+    const net = report.targets[0]!;
+    expect(net.name).toBe("net");
+    expect(net.methods.forward!.notDelegated.map((op) => op.line)).toEqual([17, 18]);
+    expect(statusView({
+      server: "running",
+      report,
+      root: "/project",
+      activeFile: "/project/models/net.py",
+      building: undefined,
+    }).text).toBe("XNNPACK 50 %");
   });
 });

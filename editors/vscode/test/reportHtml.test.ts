@@ -74,3 +74,11 @@ describe("renderReportPage", () => {
     expect(escapeHtml(`<a href="x">'&'</a>`)).toBe("&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
   });
 });
+
+describe("focus", () => {
+  it("scrolls to the target a code lens asked for", () => {
+    const page = renderReportPage(fixtureReport(), { ...OPTIONS, focus: "two_methods" });
+    expect(page).toContain('<body data-focus="two_methods">');
+    expect(page).toContain('document.getElementById("target-" + focus)');
+  });
+});

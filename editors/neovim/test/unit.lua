@@ -1,0 +1,151 @@
+-- Unit tests of the plugin's pure parts (lowerd.report, lowerd.project), run by
+-- tests/test_neovim.py as
+--   nvim --headless -u NONE -i NONE -n -c "luafile editors/neovim/test/unit.lua"
+-- with LOWERD_NVIM_RTP=editors/neovim and LOWERD_NVIM_TMP=<an empty folder>. Prints one line
+-- per test and exits 0 when all pass, 1 otherwise.
+
+vim.opt.runtimepath:prepend(vim.env.LOWERD_NVIM_RTP)
+local report = require("lowerd.report")
+local project = require("lowerd.project")
+
+local failures, passed = {}, 0
+
+local function test(name, body)
+  local ok, err = pcall(body)
+  if ok then
+    passed = passed + 1
+    io.stdout:write("PASS " .. name .. "\n")
+  else
+    table.insert(failures, name)
+    io.stdout:write("FAIL " .. name .. ": " .. tostring(err) .. "\n")
+  end
+end
+
+local function equal(actual, expected)
+  if not vim.deep_equal(actual, expected) then
+    error(string.format("expected %s, got %s", vim.inspect(expected), vim.inspect(actual)), 2)
+  end
+end
+
+-- A lowerd.report answer as the server sends it (JSON null decoded as vim.NIL).
+local RESULT = {
+  config = "/p/pyproject.toml",
+  error = vim.NIL,
+  building = {},
+  targets = {
+    {
+      name = "net",
+      status = "ok",
+      seconds = 4.9,
+      error = vim.NIL,
+      entry = { file = "models/net.py", line = 22 },
+      modules = { forward = { file = "models/net.py", line = 9 } },
+      methods = {
+        forward = {
+          ops = 4,
+          ops_delegated = 2,
+          backends = { XNNPACK = { ops = 2, partitions = 2 } },
+          partitions = {
+            { backend = "XNNPACK", ops = 1, cache = "hit", sources = { { "models/net.py", 16, "aten.linear.default" } } },
+          },
+          not_delegated = {
+            { op = "aten.pow.Tensor_Scalar", file = "models/net.py", line = 17, reason = "only support power == 2, got 3" },
+            { op = "aten.cumsum.default", file = vim.NIL, line = vim.NIL, reason = "no XNNPACK support" },
+          },
+        },
+      },
+    },
+    {
+      name = "broken",
+      status = "error",
+      seconds = 1.0,
+      error = { kind = "export-error", message = "boom", file = "models/broken.py", line = 5 },
+      entry = { file = "models/broken.py", line = 9 },
+      modules = {},
+      methods = {},
+    },
+    { name = "later" },
+  },
+}
+
+test("percent rounds down; 100 only when all ops are delegated", function()
+  equal(report.percent(231, 271), 85)
+  equal(report.percent(999, 1000), 99)
+  equal(report.percent(4, 4), 100)
+  equal(report.percent(0, 0), 0)
+end)
+
+test("method_summary words one backend, several, and none", function()
+  equal(report.method_summary("forward", RESULT.targets[1].methods.forward),
+    "forward: 2 of 4 ops on XNNPACK in 2 partitions (50 %)")
+  equal(report.method_summary("f", {
+    ops = 10, ops_delegated = 9,
+    backends = { XNNPACK = { ops = 2, partitions = 1 }, Vulkan = { ops = 7, partitions = 2 } },
+  }), "f: 9 of 10 ops delegated (7 on Vulkan in 2 partitions, 2 on XNNPACK in 1 partition; 90 %)")
+  equal(report.method_summary("g", { ops = 3, ops_delegated = 0, backends = {} }),
+    "g: 0 of 3 ops delegated (0 %)")
+end)
+
+test("quickfix lists failed targets and ops left on the CPU at their lines", function()
+  local items = report.quickfix(RESULT, "/p")
+  equal(#items, 3)
+  equal(items[1], { filename = "/p/models/net.py", lnum = 17, type = "W",
+    text = "net.forward: aten.pow.Tensor_Scalar not delegated: only support power == 2, got 3" })
+  equal(items[2].filename, nil) -- an op without a line of the user's
+  equal(items[2].lnum, 1)
+  equal(items[3], { filename = "/p/models/broken.py", lnum = 5, type = "E",
+    text = "broken: export-error: boom" })
+end)
+
+test("quickfix shows a config error at its line", function()
+  local items = report.quickfix({ error = { message = "unknown key", file = "pyproject.toml", line = 3 },
+    targets = {} }, "/p")
+  equal(items, { { filename = "/p/pyproject.toml", lnum = 3, type = "E",
+    text = "config-error: unknown key" } })
+end)
+
+test("status_text: coverage of the targets touching the file, red words on failure", function()
+  equal(report.status_text(RESULT, "/p", "/p/models/net.py"), "XNNPACK 50 %")
+  equal(report.status_text(RESULT, "/p", "/p/models/broken.py"), "lowerd: broken failed")
+  equal(report.status_text(RESULT, "/p", "/elsewhere.py"), "lowerd: broken failed")
+  equal(report.status_text({ error = { message = "x" }, targets = {} }, "/p", "/p/a.py"),
+    "lowerd: config error")
+end)
+
+test("summary_chunks has a line per target and method", function()
+  local chunks = report.summary_chunks(RESULT)
+  equal(chunks[1], { "net · forward: 2 of 4 ops on XNNPACK in 2 partitions (50 %)\n", "Normal" })
+  equal(chunks[2], { "broken: failed (export-error)\n", "ErrorMsg" })
+  equal(chunks[3], { "later: not built yet\n", "Comment" })
+end)
+
+test("build_summary says how each target went", function()
+  equal(report.build_summary(RESULT), "net ok (4.9 s), broken failed (export-error), later not built")
+  equal(report.build_summary({ error = "unknown targets: x", targets = {} }), "unknown targets: x")
+end)
+
+test("has_lowerd_config finds [tool.lowerd] tables only", function()
+  equal(project.has_lowerd_config("[project]\n\n[tool.lowerd]\nbackends = []\n"), true)
+  equal(project.has_lowerd_config("[tool.lowerd.targets.a]\n"), true)
+  equal(project.has_lowerd_config("[tool.lowerdx]\n"), false)
+  equal(project.has_lowerd_config('description = "[tool.lowerd]"\n# [tool.lowerd]\n'), false)
+end)
+
+test("find_root walks up to the nearest lowerd project", function()
+  local tmp = vim.env.LOWERD_NVIM_TMP
+  vim.fn.mkdir(tmp .. "/outer/proj/models", "p")
+  local function write(path, text)
+    local file = assert(io.open(path, "w"))
+    file:write(text)
+    file:close()
+  end
+  write(tmp .. "/outer/pyproject.toml", "[project]\nname = 'outer'\n")
+  write(tmp .. "/outer/proj/pyproject.toml",
+    "[tool.lowerd]\n[tool.lowerd.targets.net]\nentry = 'm:f'\n[tool.lowerd.targets.\"b-2\"]\n")
+  equal(project.find_root(tmp .. "/outer/proj/models/net.py"), tmp .. "/outer/proj")
+  equal(project.find_root(tmp .. "/outer/other.py"), nil)
+  equal(project.target_names(tmp .. "/outer/proj"), { "net", "b-2" })
+end)
+
+io.stdout:write(string.format("%d passed, %d failed\n", passed, #failures))
+vim.cmd(#failures == 0 and "qall!" or "cquit! 1")

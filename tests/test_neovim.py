@@ -1,0 +1,151 @@
+"""Neovim end to end: headless `nvim` with editors/neovim drives the real `python -m lowerd serve`.
+
+On a copy of tests/projects/nvim, the driver (editors/neovim/test/e2e.lua) opens the model, waits
+for lowerd's not-delegated diagnostics on both refused lines, rewrites the pow line to `x * x`,
+writes the file, and waits for that line's diagnostic to go while the cumsum one stays.
+Lines are found by their `# LINE-MARK: <name>` comments (tests/projects/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+NEOVIM_PLUGIN = REPO / "editors" / "neovim"
+DRIVER = NEOVIM_PLUGIN / "test" / "e2e.lua"
+UNIT_TESTS = NEOVIM_PLUGIN / "test" / "unit.lua"
+PROJECT = TESTS / "projects" / "nvim"
+NVIM = shutil.which("nvim")
+
+# Per wait inside the driver: the first build imports torch and ExecuTorch in a cold worker.
+WAIT_SECONDS = 300
+# The whole run: three waits and start-up, with room to spare.
+RUN_SECONDS = 3 * WAIT_SECONDS + 60
+
+_LINE_MARK = re.compile(r"LINE-MARK: (\S+)\s*$")
+
+pytestmark = pytest.mark.skipif(
+    NVIM is None, reason="nvim is not installed (apt-get install neovim; .ci/run installs it)"
+)
+
+
+def nvim_headless(script: Path) -> list[str]:
+    assert NVIM is not None
+    return [NVIM, "--headless", "-u", "NONE", "-i", "NONE", "-n", "-c", f"luafile {script}"]
+
+
+def line_of(path: Path, mark: str) -> int:
+    for number, text in enumerate(path.read_text().splitlines(), start=1):
+        found = _LINE_MARK.search(text)
+        if found and found.group(1) == mark:
+            return number
+    raise AssertionError(f"no LINE-MARK: {mark} in {path}")
+
+
+def run_driver(tmp_path: Path) -> tuple[dict[str, Any], str]:
+    root = tmp_path / "nvim"
+    shutil.copytree(PROJECT, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    model = root / "models" / "net.py"
+    result_file = tmp_path / "result.json"
+    home = tmp_path / "home"
+    env = {
+        **os.environ,
+        # Neovim's state, logs and the blob cache stay inside the test's folder.
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_DATA_HOME": str(home / "data"),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "LOWERD_CACHE_DIR": str(tmp_path / "lowerd-cache"),
+        "LOWERD_NVIM_RTP": str(NEOVIM_PLUGIN),
+        "LOWERD_NVIM_PYTHON": sys.executable,
+        "LOWERD_NVIM_FILE": str(model),
+        "LOWERD_NVIM_EDIT_LINE": str(line_of(model, "nvim.pow")),
+        "LOWERD_NVIM_KEEP_LINE": str(line_of(model, "nvim.cumsum")),
+        "LOWERD_NVIM_EDIT_FROM": "x**3",
+        "LOWERD_NVIM_EDIT_TO": "x * x",
+        "LOWERD_NVIM_RESULT": str(result_file),
+        "LOWERD_NVIM_TIMEOUT_MS": str(WAIT_SECONDS * 1000),
+    }
+    env.pop("VIRTUAL_ENV", None)
+    process = subprocess.run(
+        nvim_headless(DRIVER),
+        cwd=root,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS,
+    )
+    log = f"nvim exit {process.returncode}\nstdout:\n{process.stdout}\nstderr:\n{process.stderr}"
+    if not result_file.exists():
+        pytest.fail(f"the driver wrote no result\n{log}")
+    result = json.loads(result_file.read_text())
+    lsp_log = Path(result.get("lsp_log") or "")
+    if lsp_log.is_file():
+        log += "\nlsp.log (tail):\n" + "\n".join(lsp_log.read_text().splitlines()[-60:])
+    return result, log
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, Path]:
+    tmp_path = tmp_path_factory.mktemp("neovim")
+    result, log = run_driver(tmp_path)
+    return result, log, tmp_path / "nvim" / "models" / "net.py"
+
+
+def not_delegated(diagnostics: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {d["line"]: d for d in diagnostics if d["code"] == "not-delegated"}
+
+
+def test_diagnostics_appear_then_follow_the_edit(session: tuple[dict[str, Any], str, Path]):
+    result, log, model = session
+    summary = json.dumps({k: v for k, v in result.items() if k != "lsp_log"}, indent=2)
+    assert result["ok"], f"{result['message']}\n{summary}\n{log}"
+    assert result["filetype"] == "python"
+    pow_line, cumsum_line = line_of(model, "nvim.pow"), line_of(model, "nvim.cumsum")
+
+    before = not_delegated(result["before"])
+    assert "aten.pow.Tensor_Scalar" in before[pow_line]["message"]
+    assert "only support power == 2, got 3" in before[pow_line]["message"]
+    assert "aten.cumsum.default" in before[cumsum_line]["message"]
+    assert before[pow_line]["severity"] == 2  # vim.diagnostic.severity.WARN, the default
+
+    after = not_delegated(result["after"])
+    assert pow_line not in after
+    assert "aten.cumsum.default" in after[cumsum_line]["message"]
+    assert result["edited_line"].strip().startswith("x = x * x")
+    assert "x * x" in model.read_text().splitlines()[pow_line - 1]  # :write wrote it
+
+
+def test_phases_in_order(session: tuple[dict[str, Any], str, Path]):
+    result, log, _ = session
+    names = [phase["name"] for phase in result["phases"]]
+    assert names == ["attached", "diagnostics", "after-write"], log
+    assert all(phase["ok"] for phase in result["phases"]), log
+
+
+def test_lua_units(tmp_path: Path):
+    """editors/neovim/test/unit.lua: the report text, quickfix items and root finding."""
+    env = {**os.environ, "LOWERD_NVIM_RTP": str(NEOVIM_PLUGIN), "LOWERD_NVIM_TMP": str(tmp_path)}
+    process = subprocess.run(
+        nvim_headless(UNIT_TESTS),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    output = process.stdout + process.stderr
+    assert process.returncode == 0, output
+    assert re.search(r"^\d+ passed, 0 failed$", process.stdout, re.MULTILINE), output
