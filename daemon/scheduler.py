@@ -180,8 +180,7 @@ class Scheduler:
     def _start(self, name: str) -> None:
         assert self.config is not None
         target = self.config.targets[name]
-        # Torch-free and quick: nothing the target read or wrote changed since its last build.
-        report = up_to_date_report(self.config, target)
+        report = self._up_to_date(target)
         if report is not None:
             self._finish(name, None, {**report, "name": name}, current=True)
             return
@@ -192,6 +191,15 @@ class Scheduler:
         )
         self.listener.build_started(name, build.handle.build_id)
         asyncio.get_running_loop().create_task(self._await_result(build))
+
+    def _up_to_date(self, target: TargetConfig) -> dict[str, Any] | None:
+        """The last build's report if nothing it read or wrote changed since: torch-free and
+        quick, so a save that changes nothing (or reverts an edit) costs no worker."""
+        assert self.config is not None
+        try:
+            return up_to_date_report(self.config, target)
+        except OSError:  # a recorded file vanished mid-check: build to find out
+            return None
 
     def _event(self, build: _Build, event: dict[str, Any]) -> None:
         if build.handle is not None and self._is_current(build):
@@ -213,9 +221,11 @@ class Scheduler:
     ) -> None:
         if current:
             self.results[name] = result
-        self.listener.build_finished(name, build_id, result, current)
-        if current:
-            self._set_idle(name)
+        try:
+            self.listener.build_finished(name, build_id, result, current)
+        finally:  # whoever awaits the target hears of it even if showing the result failed
+            if current:
+                self._set_idle(name)
 
     def _is_current(self, build: _Build) -> bool:
         state = self._targets.get(build.target)
