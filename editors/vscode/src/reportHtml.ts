@@ -5,6 +5,8 @@
  * links) as a plain file too, which is how the README's screenshot is made.
  */
 
+import * as path from "node:path";
+
 import { methodSummary } from "./coverage";
 import { isBuilt, type MethodReport, type NotDelegatedOp, type Report, type TargetResult } from "./report";
 
@@ -112,10 +114,19 @@ function methodSection(name: string, method: MethodReport): string {
   );
 }
 
-function targetFacts(target: TargetResult): string {
+/** The .pte's path relative to the project root when it is inside it. */
+function displayPath(file: string, root: string | null): string {
+  if (root === null) {
+    return file;
+  }
+  const relative = path.relative(root, file);
+  return relative.startsWith("..") || path.isAbsolute(relative) ? file : relative;
+}
+
+function targetFacts(target: TargetResult, root: string | null): string {
   const facts: string[] = [];
   if (target.output) {
-    facts.push(`<code>${escapeHtml(target.output)}</code>`);
+    facts.push(`<code>${escapeHtml(displayPath(target.output, root))}</code>`);
   }
   if (target.seconds !== null) {
     facts.push(`${target.seconds.toFixed(1)} s`);
@@ -142,7 +153,7 @@ function badgeOf(target: TargetResult, building: boolean): string {
   return `<span class="badge ok">${escapeHtml(target.status)}</span>`;
 }
 
-function targetSection(target: TargetResult, building: boolean): string {
+function targetSection(target: TargetResult, building: boolean, root: string | null): string {
   const badge = badgeOf(target, building);
   let body: string;
   if (!isBuilt(target)) {
@@ -150,7 +161,7 @@ function targetSection(target: TargetResult, building: boolean): string {
   } else if (target.status === "error") {
     const error = target.error;
     body =
-      `<div class="error-box"><p>${escapeHtml(error?.message ?? "failed")}</p>` +
+      `<div class="error-box"><p class="message">${escapeHtml(error?.message ?? "failed")}</p>` +
       `<p>at ${sourceLink(error?.file ?? target.entry?.file ?? null, error?.line ?? target.entry?.line ?? null)}</p></div>`;
   } else {
     const methods = Object.entries(target.methods);
@@ -160,7 +171,7 @@ function targetSection(target: TargetResult, building: boolean): string {
   }
   return (
     `<section class="target" id="target-${escapeHtml(target.name)}">` +
-    `<h2>${escapeHtml(target.name)} ${badge}</h2>${targetFacts(target)}${body}</section>`
+    `<h2>${escapeHtml(target.name)} ${badge}</h2>${targetFacts(target, root)}${body}</section>`
   );
 }
 
@@ -185,6 +196,7 @@ a.source:hover { text-decoration: underline; }
 .badge.ok { background: #1a7f37; color: #fff; }
 .badge.error { background: var(--vscode-errorForeground, #cf222e); color: #fff; }
 .badge.pending { background: var(--vscode-badge-background, #6e7781); color: var(--vscode-badge-foreground, #fff); }
+.message { white-space: pre-wrap; }
 .error-box { border-left: 3px solid var(--vscode-errorForeground, #cf222e); padding: 2px 10px; }
 .bar { height: 8px; width: 320px; background: var(--vscode-editorWidget-background, #eaeef2); border-radius: 4px; overflow: hidden; }
 .fill { height: 100%; background: var(--vscode-charts-green, #2da44e); }
@@ -217,11 +229,13 @@ export function renderReportPage(report: Report, options: PageOptions): string {
     : "";
   const configError = report.error
     ? `<section class="target"><h2>[tool.lowerd] <span class="badge error">config-error</span></h2>` +
-      `<div class="error-box"><p>${escapeHtml(report.error.message)}</p>` +
+      `<div class="error-box"><p class="message">${escapeHtml(report.error.message)}</p>` +
       `<p>at ${sourceLink(report.error.file ?? "pyproject.toml", report.error.line)}</p></div></section>`
     : "";
   const targets = report.targets.length
-    ? report.targets.map((target) => targetSection(target, report.building.includes(target.name))).join("")
+    ? report.targets
+        .map((target) => targetSection(target, report.building.includes(target.name), report.root))
+        .join("")
     : `<p class="muted">No build yet: save a Python file of the project, or run “lowerd: Build all targets”.</p>`;
   return `<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

@@ -82,3 +82,10 @@ describe("focus", () => {
     expect(page).toContain('document.getElementById("target-" + focus)');
   });
 });
+
+describe("paths", () => {
+  it("shows the .pte relative to the project root", () => {
+    const html = renderReportPage(fixtureReport(), OPTIONS);
+    expect(html).toContain("<code>build/refused.pte</code>");
+  });
+});

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The VS Code extension's checks, as the README's test command runs them: install the locked
+# packages, type-check, lint, bundle, unit-test, and package dist/lowerd.vsix.
+# Where Node.js is not installed it says so and succeeds, leaving the extension unchecked.
+set -euo pipefail
+cd "$(dirname "$0")"
+if ! command -v npm >/dev/null 2>&1; then
+  echo "editors/vscode: npm not found, so the VS Code extension was not built or tested"
+  exit 0
+fi
+npm ci --no-audit --no-fund
+npm run check
+npm test
+npm run package
