@@ -9,6 +9,9 @@ are turned into diagnostics, code lenses and hovers.
 Besides LSP, the server sends two notifications an editor may show or ignore (tests await them):
 `lowerd/buildStarted` {target, buildId} and `lowerd/buildFinished` {target, buildId, status,
 errorKind, reused, current}.
+
+It also opens the project's private socket (daemon/rpc.py): `lowerd build` in a terminal then
+builds through this server's warm workers instead of starting a daemon of its own.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from lowerd import __version__
+from lowerd.daemon.build_service import BuildService
 from lowerd.daemon.diagnostics import (
     FileDiagnostics,
     Site,
@@ -39,6 +43,8 @@ from lowerd.daemon.diagnostics import (
     site_of,
 )
 from lowerd.daemon.entry_site import entry_site
+from lowerd.daemon.rpc import RpcServer
+from lowerd.daemon.runtime import RuntimeDirError
 from lowerd.daemon.scheduler import Scheduler
 from lowerd.daemon.settings import SECTION, Settings
 from lowerd.daemon.watcher import ProjectWatcher
@@ -84,6 +90,7 @@ class LowerdServer(LanguageServer):
         self.published: dict[str, list[types.Diagnostic]] = {}
         self.progress: dict[int, _BuildProgress] = {}
         self._warm_up: asyncio.Task | None = None
+        self.rpc: RpcServer | None = None  # CLI clients' socket, once a config is loaded
 
     # Lifecycle -------------------------------------------------------------------------------
 
@@ -118,6 +125,9 @@ class LowerdServer(LanguageServer):
             self.log_message(f"lowerd: the build workers did not start: {error}", error=True)
 
     async def stop(self) -> None:
+        if self.rpc:
+            await self.rpc.close()
+            self.rpc = None
         if self.watcher:
             self.watcher.stop()
         if self.scheduler:
@@ -168,11 +178,28 @@ class LowerdServer(LanguageServer):
         self.shown = {name: r for name, r in self.shown.items() if name in targets}
         if config is not None:
             self._warm_up_workers()
+            self._serve_cli_clients(config)
             self.watcher.set_ignored(f for f in (config.out_dir, config.cache_dir) if f)
             if previous is None or (previous.path, previous.digest) != (config.path, config.digest):
                 self.scheduler.request(config.targets, now=True)
         self.publish()
         self.refresh_code_lenses()
+
+    def _serve_cli_clients(self, config: ProjectConfig) -> None:
+        """Opens the socket of the config's project root (another root's closes first)."""
+        if self.rpc is not None and self.rpc.config.root == config.root:
+            return  # each request reads the config afresh: an edit needs no new socket
+        previous, self.rpc = self.rpc, RpcServer(config, BuildService(self.pool), "lsp", _no_op)
+        asyncio.get_running_loop().create_task(self._open_socket(previous, self.rpc))
+
+    async def _open_socket(self, previous: RpcServer | None, rpc: RpcServer) -> None:
+        if previous is not None:
+            await previous.close()
+        try:
+            if not await rpc.start():  # a headless daemon has the project: clients keep it
+                self.log_message(f"lowerd: another daemon serves {rpc.config.root} to the CLI")
+        except (RuntimeDirError, OSError) as error:
+            self.log_message(f"lowerd: `lowerd build` cannot share this server: {error}")
 
     def _config_candidate(self) -> Path:
         if self.settings.config:
@@ -424,6 +451,10 @@ def _lens(where: types.Range, title: str, command: str, target: str) -> types.Co
     return types.CodeLens(
         range=where, command=types.Command(title=title, command=command, arguments=[target])
     )
+
+
+def _no_op() -> None:
+    pass
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -8,7 +8,8 @@ once (several seconds of CPU), so the daemons are few and module-scoped:
   against an in-process build, modes, another uid, two clients at once;
 - `autostarted`, a basic/ copy built with `--daemon`: autostart, then kill -9 mid-build and
   recovery;
-- `crashy`, whose `hangs` target never ends: Ctrl-C and a dropped connection cancel it.
+- `crashy`, whose `hangs` target never ends: Ctrl-C and a dropped connection cancel it;
+- `editor`, an editor's `lowerd serve`, which CLI clients use as their daemon.
 
 Nothing here measures time.
 """
@@ -23,6 +24,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -433,3 +435,50 @@ def test_a_client_that_leaves_cancels_its_build(
     wait_for(lambda: running_builds(crashy) == [], "the daemon to forget the build", 30)
     run = lowerd_without_torch(crashy, cache, "daemon", "status")
     assert run.returncode == 0 and "building" not in run.stdout, run.log
+
+
+# An editor's `lowerd serve`: CLI clients share it ---------------------------------------------
+
+
+def _lsp_message(payload: dict[str, Any]) -> bytes:
+    body = json.dumps({"jsonrpc": "2.0", **payload}).encode()
+    return f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+@pytest.fixture
+def editor(runtime: Path, cache: Path, tmp_path: Path) -> Iterator[Path]:
+    """`lowerd serve` on a one-target project, initialized as an editor would; its messages to
+    the editor are read and dropped, so that it never blocks on a full pipe."""
+    root = copy_project(PROJECTS / "basic", tmp_path / "basic")
+    (root / "pyproject.toml").write_text(
+        '[tool.lowerd.targets.tiny_linear]\nentry = "models/tiny_linear.py:make"\n'
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "lowerd", "serve"],
+        cwd=root,
+        env=dict(os.environ, LOWERD_CACHE_DIR=str(cache)),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    threading.Thread(target=server.stdout.read, daemon=True).start()
+    initialize = {"processId": os.getpid(), "rootUri": root.as_uri(), "capabilities": {}}
+    server.stdin.write(_lsp_message({"id": 1, "method": "initialize", "params": initialize}))
+    server.stdin.write(_lsp_message({"method": "initialized", "params": {}}))
+    server.stdin.flush()
+    yield root
+    server.stdin.write(_lsp_message({"id": 2, "method": "shutdown"}))
+    server.stdin.write(_lsp_message({"method": "exit"}))
+    server.stdin.close()
+    server.wait(timeout=60)
+    assert daemon_of(root) is None  # the server took its socket and status file with it
+
+
+def test_lowerd_build_shares_the_editors_server(editor: Path, cache: Path) -> None:
+    status = wait_for(lambda: daemon_of(editor), "the editor's server to open its socket")
+    assert status.kind == "lsp"
+    run = lowerd(editor, cache, "build", "--json")
+    assert_ok(run, ["tiny_linear"])
+    stop_run = lowerd_without_torch(editor, cache, "daemon", "stop")
+    assert stop_run.returncode == 1 and "an editor's" in stop_run.stderr, stop_run.log
+    assert daemon_of(editor).pid == status.pid
