@@ -101,9 +101,18 @@ export class Controller implements vscode.Disposable {
 
   /** (Re)starts the server for the workspace's lowerd project, if it has one. */
   restart(): Promise<void> {
+    // Restarts queue up behind the one running, so two never start servers at once.
     const previous = this.starting ?? Promise.resolve();
-    this.starting = previous.then(() => this.startServer()).finally(() => (this.starting = undefined));
-    return this.starting;
+    const next: Promise<void> = previous
+      .catch(() => undefined)
+      .then(() => this.startServer())
+      .finally(() => {
+        if (this.starting === next) {
+          this.starting = undefined;
+        }
+      });
+    this.starting = next;
+    return next;
   }
 
   private async startServer(): Promise<void> {
