@@ -56,6 +56,19 @@ def _preload(backends: list[str]) -> None:
     for name in backends:
         if name in BACKENDS:
             BACKENDS[name].make_partitioner()
+    _lower_once([BACKENDS[name] for name in backends if name in BACKENDS])
+
+
+def _lower_once(backends: list) -> None:
+    """Lower a one-op model: the first lowering in a process pays seconds of lazy imports and
+    one-time set-up inside torch.export and ExecuTorch; done here, every fork starts past it."""
+    import torch
+    from executorch.exir import to_edge_transform_and_lower
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    program = torch.export.export(model, (torch.zeros(1, 4),))
+    partitioners = [backend.make_partitioner() for backend in backends]
+    to_edge_transform_and_lower({"forward": program}, partitioner=partitioners).to_executorch()
 
 
 def _serve(channel: socket.socket) -> None:
@@ -143,7 +156,25 @@ def _build(request: dict[str, Any], events: Any) -> None:
     # Before the result, so the daemon has it when the build ends: it decides whether a later
     # build of this target fits in the memory that is free while others run.
     write_frame(events, {"type": "peak_rss", "bytes": _peak_rss()})
-    write_frame(events, {"type": "result", "result": result.to_json()})
+    write_frame(events, {"type": "result", "result": _out_of_memory(result.to_json(), request)})
+
+
+def _out_of_memory(result: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    """A MemoryError under the worker's limit is the limit's doing, not the line that happened
+    to allocate: report it like a worker ended for its memory, at the entry."""
+    error = result.get("error") or {}
+    limit = request.get("memory_limit")
+    if not limit or "MemoryError" not in error.get("message", ""):
+        return result
+    where = f" (at {error['file']}:{error['line']})" if error.get("file") else ""
+    message = (
+        f"the build worker ran out of memory: memory limit {limit // 2**20} MiB "
+        f"reached{where} while: {error['message']}"
+    )
+    return {
+        **result,
+        "error": {"kind": "worker-crash", "message": message, "file": None, "line": None},
+    }
 
 
 def _peak_rss() -> int:
