@@ -143,7 +143,9 @@ def _build(request: dict[str, Any], events: Any) -> None:
         write_frame(events, {"type": "partitioned", "method": method, "report": report.to_json()})
 
     try:
-        config = load_config(Path(request["config"]))
+        config = load_config(Path(request["config"])).with_backends(
+            tuple(request["backends"]) if request.get("backends") else None
+        )
         target = config.targets[request["target"]]
         store = store_for(config) if request.get("use_cache", True) else None
     except (LowerdError, KeyError) as error:

@@ -144,8 +144,8 @@ class LowerdServer(LanguageServer):
             return
         if self.settings.workers != before.workers:
             self.log_message("lowerd: a new `workers` setting takes effect on restart")
-        if self.settings.config != before.config:
-            self.load_project()
+        if (self.settings.config, self.settings.backends) != (before.config, before.backends):
+            self.load_project(rebuild=self.settings.backends != before.backends)
         elif self.settings.not_delegated_severity != before.not_delegated_severity:
             self.publish()
 
@@ -158,13 +158,13 @@ class LowerdServer(LanguageServer):
 
     # The project -----------------------------------------------------------------------------
 
-    def load_project(self) -> None:
+    def load_project(self, rebuild: bool = False) -> None:
         """(Re)load the config; a config error replaces every target's diagnostics until fixed."""
         assert self.scheduler is not None and self.watcher is not None
         previous = self.config
         try:
             self.config_path = self._config_candidate()
-            config = load_config(self.config_path)
+            config = load_config(self.config_path).with_backends(self.settings.backends)
             self.config_error = None
         except ConfigError as error:
             config, self.config_error = None, error.to_json()
@@ -180,7 +180,11 @@ class LowerdServer(LanguageServer):
             self._warm_up_workers()
             self._serve_cli_clients(config)
             self.watcher.set_ignored(f for f in (config.out_dir, config.cache_dir) if f)
-            if previous is None or (previous.path, previous.digest) != (config.path, config.digest):
+            changed = previous is None or (previous.path, previous.digest) != (
+                config.path,
+                config.digest,
+            )
+            if changed or rebuild:
                 self.scheduler.request(config.targets, now=True)
         self.publish()
         self.refresh_code_lenses()
@@ -232,6 +236,7 @@ class LowerdServer(LanguageServer):
             target=target.name,
             timeout=self.settings.timeout(self.config.timeout),
             memory_limit=self.settings.memory_limit,
+            backends=self.settings.backends,
         )
 
     # Builds (the Scheduler's listener) -------------------------------------------------------

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lowerd.daemon.diagnostics import SEVERITIES, Severity
+from lowerd.lowering.backends import KNOWN_BACKENDS
 
 SECTION = "lowerd"
 # Without a timeout from the editor or from [tool.lowerd] timeout, a build that hangs holds a
@@ -23,6 +24,7 @@ class Settings:
     worker_memory_limit_mb: int | None = None
     workers: int | None = None  # None: the --workers flag
     config: str | None = None  # a pyproject.toml to use instead of the one found from the root
+    backends: tuple[str, ...] | None = None  # lowers every target with these instead
 
     def updated(self, raw: Any) -> tuple[Settings, list[str]]:
         """These settings with the values in `raw` applied, and a complaint per bad value.
@@ -76,6 +78,17 @@ def _positive_int(value: Any) -> int | None:
     return int(number)
 
 
+def _backends(value: Any) -> tuple[str, ...] | None:
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of backend names, got {value!r}")
+    unknown = [v for v in value if v not in KNOWN_BACKENDS]
+    if unknown:
+        raise ValueError(f"unknown backend {unknown[0]!r}; known: {', '.join(KNOWN_BACKENDS)}")
+    return tuple(dict.fromkeys(value))
+
+
 def _path(value: Any) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ValueError(f"expected a path, got {value!r}")
@@ -88,4 +101,5 @@ _FIELDS = {
     "workerMemoryLimit": ("worker_memory_limit_mb", _positive_int),
     "workers": ("workers", _positive_int),
     "config": ("config", _path),
+    "backends": ("backends", _backends),
 }

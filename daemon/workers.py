@@ -36,6 +36,7 @@ class BuildRequest:
     timeout: float | None = None  # seconds
     memory_limit: int | None = None  # bytes of address space (RLIMIT_AS)
     use_cache: bool = True
+    backends: tuple[str, ...] | None = None  # the editor's override of the config's backends
 
 
 @dataclass
@@ -190,6 +191,7 @@ class _ForkServer:
             "target": request.target,
             "memory_limit": request.memory_limit,
             "use_cache": request.use_cache,
+            "backends": list(request.backends) if request.backends else None,
         }
         started = self._expect("started", handle.build_id)
         socket.send_fds(self.channel, [msgpack.packb(message, use_bin_type=True)], [write_end])

@@ -16,7 +16,7 @@ import re
 import tomllib
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,13 @@ class ProjectConfig:
     targets: dict[str, TargetConfig]
     # sha256 of the [tool.lowerd] table, canonically serialized: changes iff the config does.
     digest: str
+
+    def with_backends(self, backends: tuple[str, ...] | None) -> ProjectConfig:
+        """Every target lowered with `backends` instead (an editor's override); None: as written."""
+        if not backends:
+            return self
+        targets = {name: replace(t, backends=backends) for name, t in self.targets.items()}
+        return replace(self, backends=backends, targets=targets)
 
     def output_path(self, target_name: str) -> Path:
         if target_name not in self.targets:

@@ -366,3 +366,15 @@ def test_settings_from_the_lowerd_section_with_bad_values_named_and_ignored() ->
     again, problems = settings.updated({"workerTimeout": None, "notDelegatedSeverity": "loud"})
     assert again.timeout(config_timeout=None) == DEFAULT_TIMEOUT
     assert again.not_delegated_severity == "hint" and "notDelegatedSeverity" in problems[0]
+
+
+def test_a_backends_setting_overrides_every_target(root: Path) -> None:
+    settings, problems = Settings().updated({"lowerd": {"backends": ["vulkan", "xnnpack"]}})
+    assert problems == [] and settings.backends == ("vulkan", "xnnpack")
+    config = load_config(root / "pyproject.toml").with_backends(settings.backends)
+    assert {t.backends for t in config.targets.values()} == {("vulkan", "xnnpack")}
+
+    kept, problems = settings.updated({"backends": ["tpu"]})
+    assert kept.backends == ("vulkan", "xnnpack")
+    assert problems and "unknown backend 'tpu'" in problems[0] and "xnnpack" in problems[0]
+    assert settings.updated({"backends": None})[0].backends is None

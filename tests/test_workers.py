@@ -112,3 +112,11 @@ async def test_a_killed_fork_server_is_started_again(pool: WorkerPool, crashy: P
     pool._server.process.wait()
     result, _ = await build(pool, crashy, "ok")
     assert result["status"] == "ok", result
+
+
+async def test_an_editor_backends_override_reaches_the_worker(
+    pool: WorkerPool, crashy: Path
+) -> None:
+    result, _ = await build(pool, crashy, "ok", backends=("vulkan",))
+    assert result["status"] == "ok", result
+    assert set(result["methods"]["forward"]["backends"]) == {"Vulkan"}
