@@ -8,7 +8,8 @@ also clamps its activations at CLAMPS_PER_BLOCK points with tensor bounds (an ov
 XNNPACK only takes clamp with scalar bounds, so each clamp stays on the CPU and splits the graph.
 
 bench/bench_build.py rewrites the UPPER_CASE constants below in its temp copy of this file: the
-sizes from its options, and EDITED_BLOCK_GAIN for the "weight edit" scenario.
+sizes from its options, and EDITED_BLOCK_GAIN for the "weight edit" scenario. bench_incremental.py
+and bench_editor.py also set EXTRA_OP_BLOCKS, for their "structural edit" scenarios.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ CLAMPS_PER_BLOCK = 7
 # The weight edit: scales every parameter of block EDITED_BLOCK at init.
 EDITED_BLOCK = 3
 EDITED_BLOCK_GAIN = 1.0
+# The structural edit: each block listed here gets one extra op (a tanh on its MLP's hidden
+# activations), which lands inside an XNNPACK partition. Empty: the model as before.
+EXTRA_OP_BLOCKS = ()
 
 # Where a block clamps, in data-flow order; the first CLAMPS_PER_BLOCK are used (all 7 give
 # 6 * 7 + 1 = 43 partitions at 6 blocks: every clamp starts a new one).
@@ -65,8 +69,9 @@ class LayerNorm(nn.Module):
 class Block(nn.Module):
     """Pre-norm encoder block: x + attention(ln1(x)), then x + mlp(ln2(x))."""
 
-    def __init__(self, dim: int, heads: int, clamps: int):
+    def __init__(self, dim: int, heads: int, clamps: int, extra_op: bool = False):
         super().__init__()
+        self.extra_op = extra_op
         self.heads, self.head_dim = heads, dim // heads
         self.scale = 1.0 / math.sqrt(self.head_dim)
         self.ln1, self.ln2 = LayerNorm(dim), LayerNorm(dim)
@@ -96,13 +101,17 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.clamp("attn_out", x + self.attention(self.clamp("ln1", self.ln1(x))))
         hidden = self.clamp("hidden", self.act(self.fc1(self.clamp("ln2", self.ln2(x)))))
+        if self.extra_op:  # between the "hidden" clamp and fc2: inside one XNNPACK partition
+            hidden = torch.tanh(hidden)
         return x + self.fc2(hidden)
 
 
 class Transformer(nn.Module):
     def __init__(self, blocks: int, dim: int, heads: int, clamps: int):
         super().__init__()
-        self.blocks = nn.Sequential(*[Block(dim, heads, clamps) for _ in range(blocks)])
+        self.blocks = nn.Sequential(
+            *[Block(dim, heads, clamps, i in EXTRA_OP_BLOCKS) for i in range(blocks)]
+        )
         self.norm = LayerNorm(dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
