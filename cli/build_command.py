@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import time
 from collections.abc import Sequence
@@ -44,6 +45,8 @@ def run_build(
 
 def _build_here(config: ProjectConfig, target: TargetConfig, use_cache: bool) -> dict:
     from lowerd.lowering.build import build_target  # imports torch: only when there is work
+
+    gc.freeze()  # torch's and ExecuTorch's objects never die: spare every collection the scan
 
     progress = progress_printer()
     store = store_for(config) if use_cache else None

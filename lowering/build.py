@@ -129,7 +129,9 @@ class _TargetBuilder:
         self.partitions_done = 0
 
     def run(self, started: float, previous: TargetState | None) -> TargetResult:
-        recorder = InputRecorder(self.user_files, exclude=self.config.out_dir)
+        recorder = InputRecorder(
+            self.user_files, exclude=self.config.out_dir, root=self.config.root
+        )
         with recorder.recording():
             self._stage("load")
             self.entry = load_entry(self.config, self.target)

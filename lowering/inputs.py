@@ -29,8 +29,11 @@ def _on_audit_event(event: str, args: tuple[Any, ...]) -> None:
 
 
 class InputRecorder:
-    def __init__(self, user_files: UserFiles, exclude: Path):
+    def __init__(self, user_files: UserFiles, exclude: Path, root: Path):
         self.user_files = user_files
+        # Plain prefixes of the project root, as written and resolved: thousands of torch modules
+        # are ruled out by a string compare before any of them is resolved against the disk.
+        self.prefixes = tuple({str(root), str(root.resolve())})
         self.exclude = exclude.resolve()
         self.opened: set[str] = set()
 
@@ -48,9 +51,15 @@ class InputRecorder:
 
     def files(self) -> set[Path]:
         modules = {getattr(m, "__file__", None) for m in list(sys.modules.values())}
-        candidates = {Path(f) for f in modules | self.opened if isinstance(f, str)}
+        candidates = {
+            Path(f) for f in modules | self.opened if isinstance(f, str) and self._near_root(f)
+        }
         return {
             path.resolve()
             for path in candidates
             if self.user_files.owns(path) and not path.resolve().is_relative_to(self.exclude)
         }
+
+    def _near_root(self, file: str) -> bool:
+        # A symlinked module resolves elsewhere but is imported by a path under the root.
+        return file.startswith(self.prefixes)
