@@ -129,9 +129,7 @@ class _TargetBuilder:
         self.partitions_done = 0
 
     def run(self, started: float, previous: TargetState | None) -> TargetResult:
-        recorder = InputRecorder(
-            self.user_files, exclude=self.config.out_dir, root=self.config.root
-        )
+        recorder = InputRecorder(self.user_files, exclude=self.config.out_dir)
         with recorder.recording():
             self._stage("load")
             self.entry = load_entry(self.config, self.target)

@@ -29,11 +29,11 @@ def _on_audit_event(event: str, args: tuple[Any, ...]) -> None:
 
 
 class InputRecorder:
-    def __init__(self, user_files: UserFiles, exclude: Path, root: Path):
+    def __init__(self, user_files: UserFiles, exclude: Path):
         self.user_files = user_files
         # Plain prefixes of the project root, as written and resolved: thousands of torch modules
         # are ruled out by a string compare before any of them is resolved against the disk.
-        self.prefixes = tuple({str(root), str(root.resolve())})
+        self.prefixes = tuple({str(user_files.given_root), str(user_files.root)})
         self.exclude = exclude.resolve()
         self.opened: set[str] = set()
 

@@ -25,6 +25,7 @@ class UserFiles:
     """Decides which files are the user's, and how to name them in a report."""
 
     def __init__(self, root: Path):
+        self.given_root = root
         self.root = root.resolve()
 
     def owns(self, file: str | Path) -> bool:
