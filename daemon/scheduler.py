@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lowerd.daemon.entry_site import entry_file
+from lowerd.daemon.tasks import spawn
 from lowerd.daemon.workers import BuildHandle, BuildRequest, WorkerPool
 from lowerd.lowering.build_state import load_state, up_to_date_report
 from lowerd.lowering.config import ProjectConfig, TargetConfig
@@ -190,7 +191,7 @@ class Scheduler:
             self.request_for(target), lambda event: self._event(build, event)
         )
         self.listener.build_started(name, build.handle.build_id)
-        asyncio.get_running_loop().create_task(self._await_result(build))
+        spawn(self._await_result(build))
 
     def _up_to_date(self, target: TargetConfig) -> dict[str, Any] | None:
         """The last build's report if nothing it read or wrote changed since: torch-free and

@@ -47,6 +47,7 @@ from lowerd.daemon.rpc import RpcServer
 from lowerd.daemon.runtime import RuntimeDirError
 from lowerd.daemon.scheduler import Scheduler
 from lowerd.daemon.settings import SECTION, Settings
+from lowerd.daemon.tasks import spawn
 from lowerd.daemon.watcher import ProjectWatcher
 from lowerd.daemon.workers import BuildRequest, WorkerPool
 from lowerd.lowering.config import PYPROJECT, ProjectConfig, TargetConfig, find_config, load_config
@@ -512,7 +513,7 @@ def create_server(workers: int = 2) -> LowerdServer:
         if params.settings:
             ls.apply_settings(params.settings)
         else:
-            asyncio.get_running_loop().create_task(ls.pull_settings())
+            spawn(ls.pull_settings())
 
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
     def code_lens(ls: LowerdServer, params: types.CodeLensParams) -> list[types.CodeLens]:

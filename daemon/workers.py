@@ -23,6 +23,7 @@ from typing import Any
 import msgpack
 
 from lowerd.daemon.frames import FrameError, read_frame_async
+from lowerd.daemon.tasks import spawn
 
 EventCallback = Callable[[dict[str, Any]], None]
 # How long a worker's exit status may trail the end of its event pipe.
@@ -70,7 +71,7 @@ class WorkerPool:
     def submit(self, request: BuildRequest, on_event: EventCallback) -> BuildHandle:
         loop = asyncio.get_running_loop()
         handle = BuildHandle(next(self._ids), request, loop.create_future(), self)
-        loop.create_task(self._run(handle, on_event))
+        spawn(self._run(handle, on_event))
         return handle
 
     async def close(self) -> None:

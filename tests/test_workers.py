@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -105,6 +106,18 @@ async def test_a_cancelled_build_ends_and_the_pool_goes_on(pool: WorkerPool, cra
     assert result["error"]["kind"] == "cancelled"
     again, _ = await build(pool, crashy, "ok")
     assert again["status"] == "ok"
+
+
+async def test_a_garbage_collection_mid_build_loses_no_result(
+    pool: WorkerPool, crashy: Path
+) -> None:
+    # Nothing but the pool holds the build's task: a collection must not destroy it.
+    handle = pool.submit(BuildRequest(str(crashy / "pyproject.toml"), "ok"), lambda _: None)
+    result = asyncio.ensure_future(handle.result())
+    while not result.done():
+        gc.collect()
+        await asyncio.wait({result}, timeout=0.05)
+    assert result.result()["status"] == "ok"
 
 
 async def test_a_killed_fork_server_is_started_again(pool: WorkerPool, crashy: Path) -> None:
