@@ -92,7 +92,6 @@ class LowerdServer(LanguageServer):
         self.progress: dict[int, _BuildProgress] = {}
         self._warm_up: asyncio.Task | None = None
         self.rpc: RpcServer | None = None  # CLI clients' socket, once a config is loaded
-        self._opening_socket: asyncio.Task | None = None  # held: the loop keeps tasks weakly
 
     # Lifecycle -------------------------------------------------------------------------------
 
@@ -196,8 +195,7 @@ class LowerdServer(LanguageServer):
         if self.rpc is not None and self.rpc.config.root == config.root:
             return  # each request reads the config afresh: an edit needs no new socket
         previous, self.rpc = self.rpc, RpcServer(config, BuildService(self.pool), "lsp", _no_op)
-        opening = self._open_socket(previous, self.rpc)
-        self._opening_socket = asyncio.get_running_loop().create_task(opening)
+        spawn(self._open_socket(previous, self.rpc))
 
     async def _open_socket(self, previous: RpcServer | None, rpc: RpcServer) -> None:
         if previous is not None:
