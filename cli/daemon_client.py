@@ -263,6 +263,9 @@ def _status(paths: DaemonPaths, config: ProjectConfig) -> int:
         print(f"  stale:  {why}; the next lowerd build restarts it")
     for build in reply["builds"]:
         print(f"  building {build['target']} (pid {build['pid']}, {build['seconds']} s)")
+    for peak in reply.get("peaks", []):
+        if peak["config"] == str(config.path):
+            print(f"  {peak['target']}: last build peaked at {peak['bytes'] / 2**20:.0f} MiB RSS")
     return EXIT_OK
 
 

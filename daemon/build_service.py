@@ -73,6 +73,13 @@ class BuildService:
             for build in self.running.values()
         ]
 
+    def peaks(self) -> list[dict[str, Any]]:
+        """Each target's peak RSS in its last build: what admission reckons it will need."""
+        return [
+            {"config": config, "target": target, "bytes": peak}
+            for (config, target), peak in sorted(self.peak_rss.items())
+        ]
+
     async def _build_stale(self, batch: Batch, jobs: int, send: SendFrame) -> None:
         pending = batch.stale
         running: dict[asyncio.Task, str] = {}

@@ -10,7 +10,7 @@ connection:
     build   {"op": "build", "config", "targets", "use_cache", "jobs"}
             -> {"type": "progress", "target", "stage", "detail"}...
             -> {"type": "final", "document", "exit_code", "message"}
-    status  {"op": "status"} -> {"type": "status", "status", "builds"}
+    status  {"op": "status"} -> {"type": "status", "status", "builds", "peaks"}
     stop    {"op": "stop"}   -> {"type": "stopping"}
     refused or unknown       -> {"type": "error", "message"}
 
@@ -132,8 +132,9 @@ class RpcServer:
         if op == "build":
             await self._build(request, reader, writer)
         elif op == "status":
-            status, builds = asdict(self.status), self.service.builds()
-            await _reply(writer, {"type": "status", "status": status, "builds": builds})
+            status = {"type": "status", "status": asdict(self.status)}
+            peaks, builds = self.service.peaks(), self.service.builds()
+            await _reply(writer, {**status, "builds": builds, "peaks": peaks})
         elif op == "stop" and self.kind == "headless":
             await _reply(writer, {"type": "stopping"})
             self.on_stop()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -174,7 +175,11 @@ def test_build_through_the_daemon_prints_the_in_process_document(
     assert relative(document, served) == relative(reference.json(), reference_root)
     for target in document["targets"]:
         assert target["reused"] is None and target["cache"]["misses"] > 0, target
-    assert running_builds(served) == []
+    status = ask(served, {"op": "status"})
+    assert status["builds"] == []
+    # Each worker told its peak RSS, which decides when a next build of its target may start.
+    peaks = {p["target"]: p["bytes"] for p in status["peaks"]}
+    assert set(peaks) == set(TARGETS) and all(2**20 < b < 2**40 for b in peaks.values()), peaks
 
 
 def test_the_readable_report_is_the_same_through_the_daemon(
@@ -219,6 +224,7 @@ def test_status_names_the_daemon(served: Path, cache: Path) -> None:
     run = lowerd_without_torch(served, cache, "daemon", "status")
     assert run.returncode == 0, run.log
     assert f"daemon {daemon_of(served).pid} serves {served}" in run.stdout
+    assert re.search(r"^  refused: last build peaked at \d+ MiB RSS$", run.stdout, re.M), run.log
 
 
 def _connect_as(uid: int, socket_path: Path) -> dict[str, Any] | str:
