@@ -9,6 +9,7 @@ folder's: a build answered by a warm daemon costs the client a Python start and 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from lowerd.daemon.frames import encode_frame, read_frame
 from lowerd.daemon.runtime import (
     DaemonPaths,
     DaemonStatus,
+    InstanceLock,
     RuntimeDirError,
     peer_uid,
     process_alive,
@@ -40,6 +42,10 @@ Frame = dict[str, Any]
 
 class DaemonError(Exception):
     """The daemon could not be reached, started or stopped."""
+
+
+class DaemonUnreachable(DaemonError):
+    """Its status file names a live process, but nothing answers on its socket."""
 
 
 def load_project(config_path: str | None) -> ProjectConfig:
@@ -84,7 +90,12 @@ def build_via_daemon(
     progress = progress_printer()
     try:
         final = ask(status, request, _progress_shower(progress))
-    except DaemonError as error:
+    except DaemonUnreachable as error:
+        if not start:
+            return None  # the request never left: building in-process loses nothing
+        print(f"lowerd: {error}; try `lowerd daemon restart`", file=sys.stderr)
+        return EXIT_USAGE
+    except DaemonError as error:  # it went away mid-build
         print(f"lowerd: {error}", file=sys.stderr)
         return EXIT_TARGET_FAILED
     finally:
@@ -164,8 +175,9 @@ def stop_daemon(paths: DaemonPaths, status: DaemonStatus) -> None:
     deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
     while process_alive(status.pid) and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS)
-    if process_alive(status.pid):
-        os.kill(status.pid, 9)
+    # Killed only while the project's lock is still held: the pid is then surely the daemon's.
+    if process_alive(status.pid) and InstanceLock(paths).held():
+        os.kill(status.pid, signal.SIGKILL)
         while process_alive(status.pid):
             time.sleep(POLL_SECONDS)
     remove_files(paths, status.pid)
@@ -182,9 +194,10 @@ def ask(
         try:
             connection.connect(status.socket)
         except OSError as error:
-            raise DaemonError(f"cannot reach the daemon at {status.socket}: {error}") from None
+            message = f"cannot reach the daemon at {status.socket}: {error}"
+            raise DaemonUnreachable(message) from None
         if peer_uid(connection) != os.geteuid():
-            raise DaemonError(f"the socket {status.socket} is another user's")
+            raise DaemonUnreachable(f"the socket {status.socket} is another user's")
         connection.sendall(encode_frame(request))
         with connection.makefile("rb") as replies:
             while (frame := read_frame(replies)) is not None:

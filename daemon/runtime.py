@@ -1,9 +1,11 @@
 """Where a project's daemon can be found: a private runtime folder, its socket and its status file.
 
 As dmypy does: a status file per project records the daemon's pid, its socket and what it was
-started with; a client that finds a dead pid there removes the leftovers. The folder is the
-security boundary, so it must be the user's own and closed to everyone else (0700): an existing
-one that is not is refused, never repaired, since someone else may be using it.
+started with; a client that finds a dead pid there removes the leftovers. A live pid is believed
+only while the project's instance lock is held: a pid reused by another process does not hold it.
+
+The folder is the security boundary, so it must be the user's own and closed to everyone else
+(0700): an existing one that is not is refused, never repaired, since someone else may use it.
 
 Standard library only: the client side of `lowerd build` must start in milliseconds.
 """
@@ -168,7 +170,7 @@ def read_status(paths: DaemonPaths) -> DaemonStatus | None:
         status = DaemonStatus(**json.loads(paths.status.read_text()))
     except (RuntimeDirError, OSError, ValueError, TypeError):
         return None  # missing, or not a status file lowerd wrote: nothing to trust or remove
-    if process_alive(status.pid):
+    if process_alive(status.pid) and InstanceLock(paths).held():
         return status
     remove_files(paths, status.pid)
     return None
@@ -182,7 +184,7 @@ def remove_files(paths: DaemonPaths, pid: int) -> None:
         return
     if current.get("pid") == pid:
         # The socket first: a status file that names a socket promises that it is there.
-        Path(current.get("socket", paths.socket)).unlink(missing_ok=True)
+        paths.socket.unlink(missing_ok=True)
         paths.status.unlink(missing_ok=True)
 
 
@@ -231,3 +233,10 @@ class InstanceLock:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+    def held(self) -> bool:
+        """Whether a daemon holds it now (tried and let go at once when none does)."""
+        if not self.acquire():
+            return True
+        self.release()
+        return False

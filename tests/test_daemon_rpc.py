@@ -34,7 +34,17 @@ from typing import Any
 import pytest
 
 from lowerd.daemon.frames import encode_frame, read_frame
-from lowerd.daemon.runtime import DaemonPaths, DaemonStatus, process_alive, read_status
+from lowerd.daemon.runtime import (
+    DaemonPaths,
+    DaemonStatus,
+    InstanceLock,
+    new_status,
+    process_alive,
+    read_status,
+    remove_files,
+    write_status,
+)
+from lowerd.lowering.config import load_config
 
 from test_cli import (
     PROJECTS,
@@ -312,14 +322,12 @@ def test_an_insecure_runtime_folder_is_refused(tmp_path: Path, served: Path) -> 
 # Without a running daemon ------------------------------------------------------------------------
 
 
-def test_a_stale_status_file_is_cleaned_up(runtime: Path, cache: Path, tmp_path: Path) -> None:
-    root = copy_project(PROJECTS / "basic", tmp_path / "basic")
+def fake_status(root: Path, pid: int) -> DaemonPaths:
+    """A status file as a daemon of this pid would have left it, and its socket file."""
     paths = DaemonPaths.for_root(root)
-    dead = subprocess.Popen(["true"])
-    dead.wait()
     paths.socket.touch(mode=0o600)
     status = {
-        "pid": dead.pid,
+        "pid": pid,
         "socket": str(paths.socket),
         "root": str(root),
         "kind": "headless",
@@ -331,9 +339,46 @@ def test_a_stale_status_file_is_cleaned_up(runtime: Path, cache: Path, tmp_path:
     }
     paths.status.write_text(json.dumps(status))
     paths.status.chmod(0o600)
+    return paths
+
+
+def test_a_stale_status_file_is_cleaned_up(runtime: Path, cache: Path, tmp_path: Path) -> None:
+    root = copy_project(PROJECTS / "basic", tmp_path / "basic")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    paths = fake_status(root, dead.pid)
     run = lowerd_without_torch(root, cache, "daemon", "status")
     assert run.returncode == 1 and f"no daemon serves {root}" in run.stdout, run.log
     assert not paths.status.exists() and not paths.socket.exists()
+
+
+def test_a_live_pid_without_the_lock_is_stale(runtime: Path, cache: Path, tmp_path: Path) -> None:
+    """The dead daemon's pid now belongs to another process, which does not hold the lock."""
+    root = copy_project(PROJECTS / "basic", tmp_path / "basic")
+    paths = fake_status(root, os.getpid())
+    run = lowerd_without_torch(root, cache, "daemon", "status")
+    assert run.returncode == 1 and f"no daemon serves {root}" in run.stdout, run.log
+    assert not paths.status.exists() and not paths.socket.exists()
+
+
+def test_a_daemon_that_does_not_answer_is_reported(
+    runtime: Path, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its lock is held and its status current, but its socket is gone: --daemon says so."""
+    root = copy_project(PROJECTS / "basic", tmp_path / "basic")
+    monkeypatch.setenv("LOWERD_CACHE_DIR", str(cache))  # the scope the client computes
+    paths = DaemonPaths.for_root(root)
+    lock = InstanceLock(paths)
+    assert lock.acquire()
+    try:
+        config = load_config(root / "pyproject.toml")
+        write_status(paths, new_status(paths, config, "headless"))
+        run = lowerd_without_torch(root, cache, "build", "--daemon")
+    finally:
+        remove_files(paths, os.getpid())
+        lock.release()
+    assert run.returncode == 2, run.log
+    assert "cannot reach the daemon" in run.stderr and "lowerd daemon restart" in run.stderr
 
 
 @pytest.fixture(scope="module")
