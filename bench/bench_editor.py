@@ -33,7 +33,7 @@ With --repeat N, the edits are made N times: between rounds the model is saved b
 first state (the server rebuilds it, unmeasured) and the blob cache is put back as it was after
 the first build, so that every round's edits miss the cache as the first round's did.
 
-    .venv/bin/python bench/bench_editor.py              # full size: ~5 minutes
+    .venv/bin/python bench/bench_editor.py              # full size: ~4 minutes (--repeat 3: ~10)
     .venv/bin/python bench/bench_editor.py --quick      # 2 blocks, d=64: smoke test
 
 Everything lives in a temp dir; the server imports a snapshot of lowerd's source taken at the
