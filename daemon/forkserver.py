@@ -70,10 +70,17 @@ def _lower_once(backends: list) -> None:
     import torch
     from executorch.exir import to_edge_transform_and_lower
 
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
-    program = torch.export.export(model, (torch.zeros(1, 4),))
-    partitioners = [backend.make_partitioner() for backend in backends]
-    to_edge_transform_and_lower({"forward": program}, partitioner=partitioners).to_executorch()
+    # On one thread: a parallel op here would start GNU OpenMP's thread pool, and a fork of a
+    # process with that pool hangs at its first parallel op (gomp_team_barrier_wait_end).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+        program = torch.export.export(model, (torch.zeros(1, 4),))
+        partitioners = [backend.make_partitioner() for backend in backends]
+        to_edge_transform_and_lower({"forward": program}, partitioner=partitioners).to_executorch()
+    finally:
+        torch.set_num_threads(threads)  # the workers' ops run on every core again
 
 
 def _serve(channel: socket.socket) -> None:

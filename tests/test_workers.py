@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -133,3 +135,26 @@ async def test_an_editor_backends_override_reaches_the_worker(
     result, _ = await build(pool, crashy, "ok", backends=("vulkan",))
     assert result["status"] == "ok", result
     assert set(result["methods"]["forward"]["backends"]) == {"Vulkan"}
+
+
+# A fork of the warmed-up fork server runs a parallel op: GNU OpenMP's pool must not have been
+# started before the fork, or the child hangs at its first barrier.
+_PARALLEL_AFTER_FORK = """
+import os, signal
+from lowerd.daemon.forkserver import _preload
+_preload(["xnnpack"])
+pid = os.fork()
+if pid == 0:
+    import torch
+    signal.alarm(120)  # a hang ends as SIGALRM, not as a stuck test
+    torch.ones(4_000_000).mul_(2)
+    torch.ones(1024, 1024) @ torch.ones(1024, 1024)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+raise SystemExit(0 if status == 0 else 1)
+"""
+
+
+def test_a_fork_of_the_warm_server_runs_parallel_ops() -> None:
+    done = subprocess.run([sys.executable, "-c", _PARALLEL_AFTER_FORK], timeout=300, check=False)
+    assert done.returncode == 0
