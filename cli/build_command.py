@@ -10,7 +10,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
 from lowerd.build_output import print_outcome, progress_printer
-from lowerd.lowering.batch import Batch
+from lowerd.lowering.batch import Batch, failed_result
 from lowerd.lowering.config import (
     ProjectConfig,
     TargetConfig,
@@ -78,12 +78,7 @@ def _result_or_crash(future: Future, target: TargetConfig) -> dict:
         return future.result()
     except Exception as error:  # the worker died (segfault, OOM kill) or could not start
         message = f"build worker failed: {type(error).__name__}: {error}"
-        return {
-            "name": target.name,
-            "status": "error",
-            "seconds": 0.0,
-            "error": {"kind": "worker-crash", "message": message, "file": None, "line": None},
-        }
+        return failed_result(target.name, "worker-crash", message)
 
 
 def _build_in_worker(config_path: str, target_name: str, use_cache: bool) -> dict:

@@ -198,19 +198,16 @@ def _peak_rss() -> int:
 
 
 def _config_failure(request: dict[str, Any], error: Exception) -> dict[str, Any]:
+    from lowerd.lowering.batch import failed_result
     from lowerd.lowering.errors import LowerdError
 
-    details = (
-        error.to_json()
-        if isinstance(error, LowerdError)
-        else {
-            "kind": "config-error",
-            "message": f"no target {request['target']!r} in {request['config']}",
-            "file": request["config"],
-            "line": None,
-        }
-    )
-    return {"name": request["target"], "status": "error", "error": details, "methods": {}}
+    if isinstance(error, LowerdError):
+        details = error.to_json()
+        return failed_result(
+            request["target"], details["kind"], details["message"], details["file"], details["line"]
+        )
+    message = f"no target {request['target']!r} in {request['config']}"
+    return failed_result(request["target"], "config-error", message, request["config"])
 
 
 def _send(channel: socket.socket, message: dict[str, Any]) -> None:

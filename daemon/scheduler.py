@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from lowerd.daemon.entry_site import entry_file
 from lowerd.daemon.tasks import spawn
 from lowerd.daemon.workers import BuildHandle, BuildRequest, WorkerPool
+from lowerd.lowering.batch import failed_result
 from lowerd.lowering.build_state import load_state, up_to_date_report
 from lowerd.lowering.config import ProjectConfig, TargetConfig
 
@@ -211,7 +212,9 @@ class Scheduler:
         try:
             result = await build.handle.result()
         except Exception as error:  # the pool promises a result; the daemon outlives a broken one
-            result = _worker_failure(build.target, f"the build worker failed: {error}")
+            result = failed_result(
+                build.target, "worker-crash", f"the build worker failed: {error}"
+            )
         current = self._is_current(build)
         if current:
             self._targets[build.target].running = None
@@ -275,14 +278,3 @@ def _stamp(path: Path) -> Stamp:
     except OSError:
         return None
     return stat.st_mtime_ns, stat.st_size
-
-
-def _worker_failure(target: str, message: str) -> dict[str, Any]:
-    return {
-        "name": target,
-        "status": "error",
-        "methods": {},
-        "error": {"kind": "worker-crash", "message": message, "file": None, "line": None},
-        "entry": None,
-        "modules": {},
-    }

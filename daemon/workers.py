@@ -24,6 +24,7 @@ import msgpack
 
 from lowerd.daemon.frames import FrameError, read_frame_async
 from lowerd.daemon.tasks import spawn
+from lowerd.lowering.batch import failed_result
 
 EventCallback = Callable[[dict[str, Any]], None]
 # How long a worker's exit status may trail the end of its event pipe.
@@ -275,19 +276,7 @@ async def _read_events(events: asyncio.StreamReader, on_event: EventCallback) ->
 
 
 def _failure(handle: BuildHandle, kind: str, message: str) -> dict[str, Any]:
-    return {
-        "name": handle.request.target,
-        "status": "error",
-        "seconds": 0.0,
-        "output": None,
-        "sha256": None,
-        "reused": None,
-        "cache": {"hits": 0, "misses": 0, "rebased": 0},
-        "methods": {},
-        "error": {"kind": kind, "message": message, "file": None, "line": None},
-        "entry": None,
-        "modules": {},
-    }
+    return failed_result(handle.request.target, kind, message)
 
 
 def _ended_message(handle: BuildHandle) -> str:

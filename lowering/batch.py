@@ -24,6 +24,26 @@ EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE = 0, 1, 2
 TargetJson = dict[str, Any]
 
 
+def failed_result(
+    target: str, kind: str, message: str, file: str | None = None, line: int | None = None
+) -> TargetJson:
+    """A target's result when no build made one (a worker that died, a config it could not
+    read), shaped like TargetResult.to_json() so every reader takes it as it takes the others."""
+    return {
+        "name": target,
+        "status": "error",
+        "seconds": 0.0,
+        "output": None,
+        "sha256": None,
+        "reused": None,
+        "cache": {"hits": 0, "misses": 0, "rebased": 0},
+        "methods": {},
+        "error": {"kind": kind, "message": message, "file": file, "line": line},
+        "entry": None,
+        "modules": {},
+    }
+
+
 @dataclass
 class Batch:
     config: ProjectConfig
