@@ -315,7 +315,7 @@ def lowerd_worker(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def file_sha256(path: str) -> str:
+def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 

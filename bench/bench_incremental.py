@@ -32,7 +32,6 @@ script, not a test: nothing asserts on a timing.
 from __future__ import annotations
 
 import argparse
-import compileall
 import hashlib
 import json
 import os
@@ -43,11 +42,20 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# Helpers shared with bench_build.py (the bench folder is not a package; this file's folder
+# is on sys.path when it runs, as a script or as a worker).
+from bench_build import (  # noqa: E402
+    file_sha256,
+    load_entry,
+    log,
+    lowerd_revision,
+    snapshot_lowerd,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 PROJECT = BENCH_DIR / "project"
@@ -142,41 +150,6 @@ def prepare_project(root: Path, constants: dict[str, str]) -> Path:
     return project
 
 
-def snapshot_lowerd(root: Path) -> Path:
-    """lowerd's source laid out as installed (pyproject's package-dir): the workers import this
-    copy, so one table measures one version of lowerd even if it is edited meanwhile."""
-    with (REPO / "pyproject.toml").open("rb") as file:
-        folders = tomllib.load(file)["tool"]["setuptools"]["package-dir"]
-    source = root / "lowerd-src"
-    for package, folder in sorted(folders.items()):  # "lowerd" before "lowerd.cache"
-        destination = source / package.replace(".", "/")
-        ignore = shutil.ignore_patterns("__pycache__")
-        shutil.copytree(REPO / folder, destination, ignore=ignore, dirs_exist_ok=True)
-    compileall.compile_dir(source, quiet=1)  # so that no run pays for compiling it
-    return source
-
-
-def lowerd_revision() -> str:
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown revision"
-    return done.stdout.strip()
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 # Workers: each run is one fresh process --------------------------------------------------------
 
 
@@ -202,21 +175,6 @@ class StageClock:
 
     def progress(self, stage: str, _target: str, _detail: str | None) -> None:
         self.mark(stage)
-
-
-def load_entry(project: Path, entry: str) -> Callable[[], Any]:
-    """Import the entry file as lowerd does: the project on sys.path, `models/x.py` as models.x."""
-    import importlib.util
-
-    file, _, function = entry.partition(":")
-    sys.path.insert(0, str(project))
-    name = ".".join(Path(file).with_suffix("").parts)
-    module_spec = importlib.util.spec_from_file_location(name, project / file)
-    assert module_spec and module_spec.loader
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    module_spec.loader.exec_module(module)
-    return getattr(module, function)
 
 
 def stock_worker(spec: dict[str, Any]) -> dict[str, Any]:
