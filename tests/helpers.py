@@ -6,18 +6,32 @@ about the stock ExecuTorch reference).
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import pytest
 
 T = TypeVar("T")
+
+TESTS = Path(__file__).resolve().parent
+PROJECTS = TESTS / "projects"
+TRACEBACK = "Traceback (most recent call last)"
 
 # One deadline for every wait in the tests, in seconds. It is a bound on a hang, not a measure:
 # a loaded machine (CI, other engineers' runs) raises LOWERD_TEST_TIMEOUT_SCALE, never the tests.
 DEADLINE = 120 * float(os.environ.get("LOWERD_TEST_TIMEOUT_SCALE", "1"))
+# A whole `lowerd build` of several targets in a fresh process (torch imports, lowering).
+RUN_DEADLINE = 5 * DEADLINE
 
 _POLL_SECONDS = 0.05
 
@@ -53,3 +67,108 @@ def wait_until(
         if time.monotonic() > give_up:
             raise AssertionError(f"waited {deadline:.0f} s for {what}")
         time.sleep(_POLL_SECONDS)
+
+
+# LINE-MARK comments: where tests expect a line (tests/projects/README.md) ----------------------
+
+_LINE_MARK = re.compile(r"LINE-MARK: (\S+)\s*$")
+
+
+def line_marks(root: Path) -> dict[str, tuple[str, int]]:
+    """LINE-MARK name -> (file relative to root, 1-based line) over the project's files."""
+    marks: dict[str, tuple[str, int]] = {}
+    for path in sorted(root.rglob("*")):
+        if path.suffix not in (".py", ".toml") or not path.is_file():
+            continue
+        if {"build", "__pycache__"} & set(path.relative_to(root).parts):
+            continue
+        for number, text in enumerate(path.read_text().splitlines(), start=1):
+            match = _LINE_MARK.search(text)
+            if match:
+                assert match[1] not in marks, f"LINE-MARK {match[1]} is used twice"
+                marks[match[1]] = (path.relative_to(root).as_posix(), number)
+    return marks
+
+
+# The `lowerd` command as a subprocess ----------------------------------------------------------
+
+
+@dataclass
+class Run:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> dict[str, Any]:
+        """The whole of stdout as one JSON document: library chatter must not leak into it."""
+        try:
+            return json.loads(self.stdout)
+        except json.JSONDecodeError as error:
+            pytest.fail(f"stdout is not one JSON document ({error})\n{self.log}")
+
+    @property
+    def log(self) -> str:
+        """The run for an assertion message: pytest shows a str in full, an object's repr cut."""
+        return (
+            f"lowerd {' '.join(self.args)} -> exit {self.returncode}\n"
+            f"--- stdout\n{self.stdout[-4000:]}\n--- stderr\n{self.stderr[-4000:]}"
+        )
+
+
+def lowerd_env(cache: Path) -> dict[str, str]:
+    env = dict(os.environ, LOWERD_CACHE_DIR=str(cache))
+    env.pop("LOWERD_LOG_LEVEL", None)
+    return env
+
+
+def lowerd(cwd: Path, cache: Path, *args: str) -> Run:
+    """`python -m lowerd ARGS` in cwd, with its blob cache in `cache`."""
+    return _run([sys.executable, "-m", "lowerd", *args], cwd, cache, list(args))
+
+
+# Runs the command's main() in-process, then fails (exit 99) if it imported torch or executorch.
+_WITHOUT_TORCH = """\
+import sys
+import lowerd.main
+code = lowerd.main.main(sys.argv[1:])
+heavy = sorted(m for m in ("torch", "executorch") if m in sys.modules)
+if heavy:
+    print(f"IMPORTED {heavy}", file=sys.stderr)
+    sys.exit(99)
+sys.exit(code)
+"""
+
+
+def lowerd_without_torch(cwd: Path, cache: Path, *args: str) -> Run:
+    return _run([sys.executable, "-c", _WITHOUT_TORCH, *args], cwd, cache, list(args))
+
+
+def _run(command: list[str], cwd: Path, cache: Path, args: list[str]) -> Run:
+    done = subprocess.run(
+        command,
+        cwd=cwd,
+        env=lowerd_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=RUN_DEADLINE,
+        check=False,
+    )
+    return Run(args, done.returncode, done.stdout, done.stderr)
+
+
+def copy_project(source: Path, destination: Path) -> Path:
+    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    return destination
+
+
+def shas(document: dict[str, Any]) -> dict[str, str]:
+    return {target["name"]: target["sha256"] for target in document["targets"]}
+
+
+def without_timing(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: without_timing(v) for k, v in value.items() if k != "seconds"}
+    if isinstance(value, list):
+        return [without_timing(v) for v in value]
+    return value

@@ -15,12 +15,8 @@ Lines the tests expect are found by their `# LINE-MARK: <name>` comments (tests/
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,101 +26,25 @@ import pytest
 
 from lowerd.cache.store import MAGIC
 
-TESTS = Path(__file__).resolve().parent
-PROJECTS = TESTS / "projects"
+from helpers import (
+    PROJECTS,
+    TESTS,
+    TRACEBACK,
+    Run,
+    copy_project,
+    line_marks,
+    lowerd,
+    lowerd_without_torch,
+    shas,
+    without_timing,
+)
+
 EXAMPLES = TESTS.parent / "examples"
 
-TRACEBACK = "Traceback (most recent call last)"
-# Only a guard against a hung build; nothing here measures time.
-TIMEOUT_SECONDS = 900
-
-_LINE_MARK = re.compile(r"LINE-MARK: (\S+)\s*$")
+pytestmark = pytest.mark.e2e
 
 
 # Helpers -------------------------------------------------------------------------------------
-
-
-@dataclass
-class Run:
-    args: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> dict[str, Any]:
-        """The whole of stdout as one JSON document: library chatter must not leak into it."""
-        try:
-            return json.loads(self.stdout)
-        except json.JSONDecodeError as error:
-            pytest.fail(f"stdout is not one JSON document ({error})\n{self.log}")
-
-    @property
-    def log(self) -> str:
-        """The run for an assertion message: pytest shows a str in full, an object's repr cut."""
-        return (
-            f"lowerd {' '.join(self.args)} -> exit {self.returncode}\n"
-            f"--- stdout\n{self.stdout[-4000:]}\n--- stderr\n{self.stderr[-4000:]}"
-        )
-
-
-def _env(cache: Path) -> dict[str, str]:
-    env = dict(os.environ, LOWERD_CACHE_DIR=str(cache))
-    env.pop("LOWERD_LOG_LEVEL", None)
-    return env
-
-
-def lowerd(cwd: Path, cache: Path, *args: str) -> Run:
-    """`python -m lowerd ARGS` in cwd, with its blob cache in `cache`."""
-    return _run([sys.executable, "-m", "lowerd", *args], cwd, cache, list(args))
-
-
-# Runs the command's main() in-process, then fails (exit 99) if it imported torch or executorch.
-_WITHOUT_TORCH = """\
-import sys
-import lowerd.main
-code = lowerd.main.main(sys.argv[1:])
-heavy = sorted(m for m in ("torch", "executorch") if m in sys.modules)
-if heavy:
-    print(f"IMPORTED {heavy}", file=sys.stderr)
-    sys.exit(99)
-sys.exit(code)
-"""
-
-
-def lowerd_without_torch(cwd: Path, cache: Path, *args: str) -> Run:
-    return _run([sys.executable, "-c", _WITHOUT_TORCH, *args], cwd, cache, list(args))
-
-
-def _run(command: list[str], cwd: Path, cache: Path, args: list[str]) -> Run:
-    done = subprocess.run(
-        command,
-        cwd=cwd,
-        env=_env(cache),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_SECONDS,
-        check=False,
-    )
-    return Run(args, done.returncode, done.stdout, done.stderr)
-
-
-def copy_project(source: Path, destination: Path) -> Path:
-    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("build", "__pycache__"))
-    return destination
-
-
-def line_marks(root: Path) -> dict[str, tuple[str, int]]:
-    """LINE-MARK name -> (file relative to root, 1-based line) over the project's files."""
-    marks: dict[str, tuple[str, int]] = {}
-    for path in sorted(root.rglob("*")):
-        if path.suffix not in (".py", ".toml") or not path.is_file():
-            continue
-        for number, text in enumerate(path.read_text().splitlines(), start=1):
-            match = _LINE_MARK.search(text)
-            if match:
-                assert match[1] not in marks, f"LINE-MARK {match[1]} is used twice"
-                marks[match[1]] = (path.relative_to(root).as_posix(), number)
-    return marks
 
 
 def sha256_of(path: Path) -> str:
@@ -133,18 +53,6 @@ def sha256_of(path: Path) -> str:
 
 def by_name(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {target["name"]: target for target in document["targets"]}
-
-
-def shas(document: dict[str, Any]) -> dict[str, str]:
-    return {target["name"]: target["sha256"] for target in document["targets"]}
-
-
-def without_timing(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: without_timing(v) for k, v in value.items() if k != "seconds"}
-    if isinstance(value, list):
-        return [without_timing(v) for v in value]
-    return value
 
 
 def blob_files(cache: Path) -> list[Path]:
@@ -202,6 +110,8 @@ BROKEN = {
     "bad_return": ("entry-error", "bad_return", "(module, example_args)"),
     "missing_file": ("entry-error", "missing_file", "models/does_not_exist.py does not exist"),
     "raises": ("entry-error", "raises", "width must be positive"),
+    # a function of no file of the user's: blamed at the config line that names it
+    "not_users": ("entry-error", "not_users", "entry os:getcwd returned a str"),
 }
 
 
@@ -257,7 +167,7 @@ def test_broken_table_shows_file_line_message(broken_json: Run, broken_table: Ru
         assert f"{name}: FAILED" in lines, broken_table.log
         first_line = error["message"].splitlines()[0]
         assert f"  {error['file']}:{error['line']}: {first_line}" in lines, broken_table.log
-    assert re.search(r"^0 targets built, 6 failed in [\d.]+ s$", broken_table.stdout, re.M)
+    assert re.search(r"^0 targets built, 7 failed in [\d.]+ s$", broken_table.stdout, re.M)
 
 
 # Config errors: exit 2, the pyproject line on stderr, and no torch import ------------------

@@ -26,7 +26,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,17 +45,23 @@ from lowerd.daemon.runtime import (
 )
 from lowerd.lowering.config import load_config
 
-from test_cli import (
+from helpers import (
+    DEADLINE,
     PROJECTS,
-    TIMEOUT_SECONDS,
+    RUN_DEADLINE,
     TRACEBACK,
     Run,
     copy_project,
     lowerd,
+    lowerd_env,
     lowerd_without_torch,
     shas,
+    wait_until,
     without_timing,
+    write_text_atomic,
 )
+
+pytestmark = pytest.mark.e2e
 
 TARGETS = ["refused", "pkg"]  # a refused op with its line, and a module-path entry: small
 UNBUILDABLE_UID = 65534  # nobody
@@ -90,7 +95,7 @@ def start_client(cwd: Path, cache: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "lowerd", *args],
         cwd=cwd,
-        env=dict(os.environ, LOWERD_CACHE_DIR=str(cache)),
+        env=lowerd_env(cache),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -98,7 +103,7 @@ def start_client(cwd: Path, cache: Path, *args: str) -> subprocess.Popen:
 
 
 def finished(client: subprocess.Popen) -> Run:
-    stdout, stderr = client.communicate(timeout=TIMEOUT_SECONDS)
+    stdout, stderr = client.communicate(timeout=RUN_DEADLINE)
     return Run(client.args[3:], client.returncode, stdout, stderr)
 
 
@@ -117,15 +122,6 @@ def ask(root: Path, request: dict[str, Any]) -> dict[str, Any]:
                 if frame["type"] != "progress":
                     return frame
     raise AssertionError("the daemon closed the connection without an answer")
-
-
-def wait_for(condition: Callable[[], Any], what: str, seconds: float = 120.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if value := condition():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def running_builds(root: Path) -> list[dict[str, Any]]:
@@ -311,7 +307,7 @@ def test_an_insecure_runtime_folder_is_refused(tmp_path: Path, served: Path) -> 
         env=env,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT_SECONDS,
+        timeout=RUN_DEADLINE,
         check=False,
     )
     assert done.returncode == 2, done.stderr
@@ -412,14 +408,16 @@ def test_kill_9_mid_build_then_the_next_build_recovers(
     daemon = daemon_of(autostarted)
     shutil.rmtree(autostarted / "build")
     client = start_client(autostarted, cache, "build", "--json", *TARGETS)
-    builds = wait_for(lambda: [b for b in running_builds(autostarted) if b["pid"]], "a build")
+    builds = wait_until(
+        lambda: [b for b in running_builds(autostarted) if b["pid"]], what="a build"
+    )
     os.kill(daemon.pid, signal.SIGKILL)
     interrupted = finished(client)
     assert interrupted.returncode == 1, interrupted.log
     assert "went away" in interrupted.stderr and TRACEBACK not in interrupted.stderr
     # The fork server saw its daemon go and took the worker with it.
     workers = [build["pid"] for build in builds]
-    wait_for(lambda: not any(map(process_alive, workers)), "the orphaned workers to end", 30)
+    wait_until(lambda: not any(map(process_alive, workers)), what="the orphaned workers to end")
 
     recovered = lowerd(autostarted, cache, "build", "--json", "--daemon", *TARGETS)
     assert shas(assert_ok(recovered, TARGETS)) == expected
@@ -432,7 +430,8 @@ def test_kill_9_mid_build_then_the_next_build_recovers(
 def test_a_changed_environment_restarts_the_daemon(
     autostarted: Path, cache: Path, tmp_path: Path
 ) -> None:
-    before = daemon_of(autostarted) or pytest.skip("no daemon left by the tests before")
+    before = daemon_of(autostarted)
+    assert before is not None, "the tests before left no daemon serving autostarted/"
     run = lowerd_without_torch(autostarted, tmp_path / "another-cache", "daemon", "start")
     assert run.returncode == 0, run.log
     after = daemon_of(autostarted)
@@ -455,7 +454,9 @@ def crashy(runtime: Path, cache: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 def hanging_worker(root: Path) -> int:
-    [build] = wait_for(lambda: [b for b in running_builds(root) if b["pid"]], "the hanging build")
+    [build] = wait_until(
+        lambda: [b for b in running_builds(root) if b["pid"]], what="the hanging build"
+    )
     return build["pid"]
 
 
@@ -482,8 +483,8 @@ def test_a_client_that_leaves_cancels_its_build(
     crashy: Path, cache: Path, leave: Callable[[Path, Path], int]
 ) -> None:
     worker = leave(crashy, cache)
-    wait_for(lambda: not process_alive(worker), "the cancelled worker to end", 30)
-    wait_for(lambda: running_builds(crashy) == [], "the daemon to forget the build", 30)
+    wait_until(lambda: not process_alive(worker), what="the cancelled worker to end")
+    wait_until(lambda: running_builds(crashy) == [], what="the daemon to forget the build")
     run = lowerd_without_torch(crashy, cache, "daemon", "status")
     assert run.returncode == 0 and "building" not in run.stdout, run.log
 
@@ -501,13 +502,14 @@ def editor(runtime: Path, cache: Path, tmp_path: Path) -> Iterator[Path]:
     """`lowerd serve` on a one-target project, initialized as an editor would; its messages to
     the editor are read and dropped, so that it never blocks on a full pipe."""
     root = copy_project(PROJECTS / "basic", tmp_path / "basic")
-    (root / "pyproject.toml").write_text(
-        '[tool.lowerd.targets.tiny_linear]\nentry = "models/tiny_linear.py:make"\n'
+    write_text_atomic(
+        root / "pyproject.toml",
+        '[tool.lowerd.targets.tiny_linear]\nentry = "models/tiny_linear.py:make"\n',
     )
     server = subprocess.Popen(
         [sys.executable, "-m", "lowerd", "serve"],
         cwd=root,
-        env=dict(os.environ, LOWERD_CACHE_DIR=str(cache)),
+        env=lowerd_env(cache),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -521,12 +523,12 @@ def editor(runtime: Path, cache: Path, tmp_path: Path) -> Iterator[Path]:
     server.stdin.write(_lsp_message({"id": 2, "method": "shutdown"}))
     server.stdin.write(_lsp_message({"method": "exit"}))
     server.stdin.close()
-    server.wait(timeout=60)
+    server.wait(timeout=DEADLINE)
     assert daemon_of(root) is None  # the server took its socket and status file with it
 
 
 def test_lowerd_build_shares_the_editors_server(editor: Path, cache: Path) -> None:
-    status = wait_for(lambda: daemon_of(editor), "the editor's server to open its socket")
+    status = wait_until(lambda: daemon_of(editor), what="the editor's server to open its socket")
     assert status.kind == "lsp"
     run = lowerd(editor, cache, "build", "--json")
     assert_ok(run, ["tiny_linear"])
