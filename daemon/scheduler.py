@@ -19,7 +19,7 @@ from lowerd.daemon.entry_site import entry_file
 from lowerd.daemon.tasks import spawn
 from lowerd.daemon.workers import BuildHandle, BuildRequest, WorkerPool
 from lowerd.lowering.batch import failed_result
-from lowerd.lowering.build_state import load_state, up_to_date_report
+from lowerd.lowering.build_state import discard_failed_output, load_state, up_to_date_report
 from lowerd.lowering.config import ProjectConfig, TargetConfig
 
 DEBOUNCE_SECONDS = 0.2
@@ -225,6 +225,8 @@ class Scheduler:
     ) -> None:
         if current:
             self.results[name] = result
+            if self.config is not None:
+                discard_failed_output(self.config, result)
         try:
             self.listener.build_finished(name, build_id, result, current)
         finally:  # whoever awaits the target hears of it even if showing the result failed

@@ -22,7 +22,7 @@ from lowerd.lowering.backends import BACKENDS
 from lowerd.lowering.build_state import (
     FileStamp,
     TargetState,
-    forget_state,
+    discard_output,
     load_state,
     save_state,
     stamp_files,
@@ -101,7 +101,7 @@ def build_target(
     try:
         return builder.run(started, load_state(config, target) if reuse else None)
     except LowerdError as error:
-        forget_state(config, target)
+        discard_output(config, target)
         if error.location.file:  # named like the report's source lines: relative to the root
             error.location.file = builder.user_files.display(error.location.file)
         result = TargetResult(target.name, "error", time.perf_counter() - started, error=error)

@@ -7,6 +7,7 @@ not the ~6 s import.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -100,6 +101,29 @@ def save_state(config: ProjectConfig, target: TargetConfig, state: TargetState) 
 
 def forget_state(config: ProjectConfig, target: TargetConfig) -> None:
     state_path(config, target).unlink(missing_ok=True)
+
+
+def discard_output(config: ProjectConfig, target: TargetConfig) -> None:
+    """Remove a failed target's .pte and build record.
+
+    The last good .pte no longer matches the sources, and a file on disk is taken for current by
+    whatever picks it up (an app bundle step, a device push), so a failed target has no output,
+    as Bazel deletes an action's stale outputs before it runs.
+    """
+    forget_state(config, target)
+    output = config.output_path(target.name)
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+        output.unlink()
+
+
+def discard_failed_output(config: ProjectConfig, result: dict[str, Any]) -> None:
+    """discard_output for a target result that failed, whoever made it (a build, or the worker
+    pool for a build that crashed or timed out). A cancelled build is no verdict on the sources:
+    the build that superseded it writes the output."""
+    error = result.get("error") or {}
+    target = config.targets.get(result.get("name", ""))
+    if target is not None and result.get("status") == "error" and error.get("kind") != "cancelled":
+        discard_output(config, target)
 
 
 def why_out_of_date(

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import stat
 import tomllib
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
@@ -225,7 +226,7 @@ class _Reader:
             path=self.path,
             root=root,
             backends=backends,
-            out_dir=root / self.folder(table, "out_dir", DEFAULT_OUT_DIR),
+            out_dir=self.out_dir(table, root),
             cache_dir=root / self.folder(table, "cache_dir") if "cache_dir" in table else None,
             cache_max_size=self.size(table.get("cache_max_size")),
             timeout=self.timeout(table.get("timeout")),
@@ -285,6 +286,12 @@ class _Reader:
             raise self.error(f"entry {entry!r} needs a file or module before ':'", key)
         if not function.isidentifier():
             raise self.error(f"{function!r} in entry {entry!r} is not a function name", key)
+        if _is_path(module) and not module.endswith(".py"):
+            raise self.error(
+                f"entry file {module!r} is not a Python file: an entry names a .py file or a "
+                f"dotted module, like 'models/net.py:{function}'",
+                key,
+            )
         if not _is_path(module) and not all(p.isidentifier() for p in module.split(".")):
             raise self.error(
                 f"{module!r} in entry {entry!r} is neither a .py file nor a dotted module name",
@@ -324,6 +331,15 @@ class _Reader:
                 f"{name} must be a folder path string, got {_describe(value)}", (*LOWERD, name)
             )
         return Path(value).expanduser()
+
+    def out_dir(self, table: dict[str, Any], root: Path) -> Path:
+        """The output folder, refused now if no .pte could be written there: a failure found
+        only at write time would come after the whole lowering, far from the config line."""
+        written = self.folder(table, "out_dir", DEFAULT_OUT_DIR)
+        problem = unwritable_folder(root / written)
+        if problem:
+            raise self.error(f"out_dir {str(written)!r} {problem}", (*LOWERD, "out_dir"))
+        return root / written
 
     def size(self, value: Any) -> str | None:
         if value is None:
@@ -377,6 +393,49 @@ class _Reader:
                 return line
             key = key[:-1]
         return None
+
+
+# Room kept below PATH_MAX for what lowerd writes inside out_dir: .lowerd/<target>.msgpack and
+# the temp files next to each output.
+_OUTPUT_NAME_ROOM = 320
+
+
+def unwritable_folder(folder: Path) -> str | None:
+    """Why files could not be created in folder (made if missing), or None if they could.
+
+    Only stats: nothing is created, so loading a config never writes.
+    """
+    name_max, path_max = _name_limits(folder)
+    if len(os.fsencode(folder)) + _OUTPUT_NAME_ROOM > path_max:
+        return (
+            f"is too long: {len(os.fsencode(folder))} bytes leave no room below the system's "
+            f"{path_max}-byte path limit for the files lowerd writes in it"
+        )
+    for part in folder.parts:
+        if len(os.fsencode(part)) > name_max:
+            return f"has a name of {len(os.fsencode(part))} bytes, over the limit of {name_max}"
+    for existing in (folder, *folder.parents):
+        try:
+            mode = existing.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):  # the file is further up
+            continue
+        except OSError as error:
+            return f"cannot be used: {existing}: {error.strerror}"
+        if stat.S_ISDIR(mode):
+            return None
+        if existing == folder:
+            return "is an existing file, not a folder"
+        return f"cannot be created: {existing} is a file, not a folder"
+    return None
+
+
+def _name_limits(folder: Path) -> tuple[int, int]:
+    """NAME_MAX and PATH_MAX of the file system folder would be made on."""
+    existing = next((p for p in folder.parents if os.path.isdir(p)), Path("/"))
+    try:
+        return os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return 255, 4096
 
 
 def _is_path(module_or_path: str) -> bool:

@@ -39,6 +39,8 @@ class LoadedEntry:
 def load_entry(config: ProjectConfig, target: TargetConfig) -> LoadedEntry:
     function = _find_function(config, target)
     file, line = definition_site(function)
+    if file is None:  # a builtin or C function (`os:getcwd`): the config line named it
+        file, line = str(config.path), target.entry_line
     user_files = UserFiles(config.root)
     try:
         returned = function()
@@ -110,7 +112,12 @@ def _import_path(config: ProjectConfig, target: TargetConfig, path: Path) -> Any
     if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
+    if spec is None or spec.loader is None:  # the config refuses non-.py names; this is a backstop
+        raise EntryError(
+            f"entry file {path} cannot be imported as Python (target {target.name!r})",
+            config.path,
+            target.entry_line,
+        )
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # so that dataclasses and pickling-free reflection find it
     try:

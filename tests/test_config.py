@@ -118,7 +118,7 @@ def test_absolute_out_dir_is_kept(tmp_path: Path) -> None:
     [
         ("models/vit.py:make", ("models/vit.py", "make"), True),
         ("vit.py:make", ("vit.py", "make"), True),
-        ("scripts/vit:make", ("scripts/vit", "make"), True),
+        ("scripts/vit.py:make", ("scripts/vit.py", "make"), True),
         ("demo.models.vit:make", ("demo.models.vit", "make"), False),
         ("vit:make", ("vit", "make"), False),
     ],
@@ -850,3 +850,49 @@ def test_select_several_unknown_targets(three_targets) -> None:
 def test_output_path_of_unknown_target(three_targets) -> None:
     with pytest.raises(ConfigError, match="unknown target 'bert'"):
         three_targets.output_path("bert")
+
+
+# Paths that could never work, refused when the config loads rather than after a lowering -------
+
+
+@pytest.mark.parametrize(
+    ("out_dir", "words"),
+    [
+        pytest.param("pyproject.toml", "is an existing file, not a folder", id="a-file"),
+        pytest.param(
+            "pyproject.toml/pte", "pyproject.toml is a file, not a folder", id="under-file"
+        ),
+        pytest.param("x" * 300, "over the limit of", id="name-too-long"),
+        pytest.param("/".join(["y" * 200] * 20), "is too long", id="path-too-long"),
+    ],
+)
+def test_an_unusable_out_dir_is_a_config_error_at_its_line(
+    tmp_path: Path, out_dir: str, words: str
+) -> None:
+    error = load_error(
+        tmp_path,
+        f"""\
+        [tool.lowerd]
+        backends = ["xnnpack"]
+        out_dir = "{out_dir}"
+        targets.a.entry = "a.py:f"
+        """,
+    )
+    assert words in error.message
+    assert error.location.line == 3, error.message
+
+
+def test_a_default_out_dir_that_is_a_file_blames_the_lowerd_table(tmp_path: Path) -> None:
+    (tmp_path / "build").write_text("not a folder")
+    error = load_error(
+        tmp_path, '[project]\nname = "x"\n\n[tool.lowerd]\ntargets.a.entry = "a.py:f"\n'
+    )
+    assert "'build' is an existing file" in error.message
+    assert error.location.line == 4
+
+
+@pytest.mark.parametrize("entry", ["../../../../etc/passwd:x", "scripts/vit:make"])
+def test_an_entry_file_that_is_not_python_is_a_config_error(tmp_path: Path, entry: str) -> None:
+    error = load_error(tmp_path, f'[tool.lowerd.targets.t]\nentry = "{entry}"\n')
+    assert "is not a Python file" in error.message
+    assert error.location.line == 2
