@@ -39,7 +39,10 @@ def _how_built(target: dict[str, Any]) -> str:
         return f"{target['seconds']:.1f} s, program unchanged: kept the .pte"
     cache = target["cache"]
     rebased = f" ({cache['rebased']} rebased)" if cache.get("rebased") else ""
-    return f"{target['seconds']:.1f} s, cache {cache['hits']} hit{rebased} / {cache['misses']} miss"
+    how = f"{target['seconds']:.1f} s, cache {cache['hits']} hit{rebased} / {cache['misses']} miss"
+    for kind, counts in target.get("memo", {}).items():
+        how += f", {kind} {counts['hits']} hit / {counts['misses']} miss"
+    return how
 
 
 def coverage_text(method: dict[str, Any]) -> str:
