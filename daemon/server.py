@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
-from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from lowerd import __version__
@@ -43,6 +42,7 @@ from lowerd.daemon.diagnostics import (
     site_of,
 )
 from lowerd.daemon.entry_site import entry_site
+from lowerd.daemon.lsp_protocol import GuardedLanguageServer
 from lowerd.daemon.rpc import RpcServer
 from lowerd.daemon.runtime import RuntimeDirError
 from lowerd.daemon.scheduler import Scheduler
@@ -73,7 +73,7 @@ _STAGE_PERCENT = {
 _PREPROCESS_SPAN = 40
 
 
-class LowerdServer(LanguageServer):
+class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protocol.py)
     def __init__(self, workers: int = 2):
         super().__init__("lowerd", __version__)
         self.default_workers = workers
