@@ -1,8 +1,14 @@
 """A content-addressed blob store on disk: verified on every read, atomic on every write.
 
-Layout: <root>/blobs/<first two characters of the key>/<key>. An entry file holds MAGIC, the
-sha256 digest of the payload, then the payload. Anything else found at a key's path is a miss
-and is removed. Eviction is least-recently-used by mtime, which every hit refreshes.
+Layout: <root>/blobs/<first two characters of the key>/<key>[.<kind>]. An entry file holds MAGIC,
+the sha256 of the rest of the file, then that rest: a frame (schema version, memo kind, key) and
+the payload. The digest covers the kind and the key, so an entry is bound to the name it was
+stored under: a file copied or linked over another entry's path fails the check. Anything else
+found at a key's path (a damaged file, another key's entry, a symlink, a FIFO) is a miss and is
+removed. Eviction is least-recently-used by mtime, which every hit refreshes.
+
+A broken store never raises OSError: a read is a miss, a write is not stored, a scan counts what
+it could read, and each problem is noted in `problems` for the caller to report.
 
 Several processes may share one store: writers publish with os.replace, so readers see a whole
 old entry, a whole new one or none; reads, scans and removals tolerate another process having
@@ -12,27 +18,56 @@ directory it is writing into.
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import hashlib
 import os
 import re
 import stat
+import struct
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .location import DEFAULT_MAX_BYTES
 
-MAGIC = b"LWB1"
-_HEADER_SIZE = len(MAGIC) + hashlib.sha256().digest_size
+MAGIC = b"LWB2"
+# Entries of an older format are misses, removed without counting as corrupt: an upgrade frees
+# their space without a warning.
+_OLD_MAGICS = (b"LWB1",)
+_SCHEMA = 2
+_DIGEST_SIZE = hashlib.sha256().digest_size
+_HEADER_SIZE = len(MAGIC) + _DIGEST_SIZE
+# After the digest: schema version, then the lengths of the kind and the key that follow it.
+_FRAME = struct.Struct(">HHH")
+DEFAULT_KIND = "blob"
 _KEY = re.compile(r"[0-9a-f]{16,128}")
+_KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_ENTRY_NAME = re.compile(r"[0-9a-f]{16,128}(?:\.[a-z][a-z0-9_]{0,31})?")
+_SHARD = re.compile(r"[0-9a-f]{2}")
+# O_NOFOLLOW: a symlink is never an entry we wrote. O_NONBLOCK: opening a FIFO must not wait
+# for a writer; fstat then shows it is no regular file.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 # The leading dot keeps a temp file from ever being taken for an entry.
 _TEMP_PREFIX = ".tmp-"
 # A temp file this old was left by a writer that died, not one still writing.
 _STALE_TEMP_SECONDS = 3600
 _PRIVATE_DIR = 0o700
+# A store broken at its root would note the same few problems for every key; keep the first.
+_MAX_PROBLEMS = 20
+
+
+@dataclass(frozen=True)
+class StoreProblem:
+    """A part of the store that could not be used; the operation went on without it."""
+
+    action: str  # "read", "write" or "remove"
+    path: Path
+    reason: str  # the system's words: "Not a directory", "Permission denied"
+
+    def __str__(self) -> str:
+        return f"cannot {self.action} {self.path} ({self.reason})"
 
 
 @dataclass(frozen=True)
@@ -41,6 +76,9 @@ class StoreStats:
     entries: int
     total_bytes: int
     max_bytes: int | None
+    temp_files: int = 0  # left by writers still writing, or killed while they wrote
+    temp_bytes: int = 0
+    problems: tuple[StoreProblem, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,53 +95,112 @@ class _File:
     mtime: float
 
 
+@dataclass
+class _Scan:
+    entries: list[_File] = field(default_factory=list)
+    temps: list[_File] = field(default_factory=list)
+
+
 class BlobStore:
-    """Payloads by key under root; sizes count whole entry files, header included."""
+    """Payloads by (key, kind) under root; sizes count whole entry files, header included."""
 
     def __init__(self, root: Path, max_bytes: int | None = DEFAULT_MAX_BYTES) -> None:
         self.root = Path(root)
         self.max_bytes = max_bytes
         self.corrupt_removed = 0
+        self.problems: list[StoreProblem] = []
         self._blobs = self.root / "blobs"
 
-    def get(self, key: str) -> bytes | None:
-        """The payload stored under key, or None if it is missing or fails verification."""
-        path = self._path(key)
+    @property
+    def unusable(self) -> StoreProblem | None:
+        """The problem that makes the whole store unusable (its root or blobs folder), if any."""
+        return next((p for p in self.problems if p.path in (self.root, self._blobs)), None)
+
+    def warnings(self) -> list[str]:
+        """The problems met so far, for people: one line if the whole store is unusable."""
+        if (unusable := self.unusable) is not None:
+            return [f"cache at {self.root} is unusable ({unusable.reason})"]
+        return [f"cache: {problem}" for problem in self.problems]
+
+    def get(self, key: str, kind: str = DEFAULT_KIND) -> bytes | None:
+        """The payload stored under key for kind, or None if it is missing or fails verification."""
+        path = self._path(key, kind)
         try:
-            data = path.read_bytes()
+            fd = os.open(path, _READ_FLAGS)
         except FileNotFoundError:
             return None
-        payload = _decode(data)
-        if payload is None:
-            self._discard_corrupt(path)
+        except OSError as error:
+            # ELOOP: a symlink (O_NOFOLLOW); ENXIO: a socket. Neither is an entry we wrote.
+            if error.errno in (errno.ELOOP, errno.ENXIO):
+                self._discard(path, opened=None)
+            else:
+                self._note("read", path, error)
             return None
-        _touch(path)
-        return payload
+        try:
+            return self._read_entry(fd, path, key, kind)
+        except OSError as error:
+            self._note("read", path, error)
+            return None
+        finally:
+            os.close(fd)
 
-    def put(self, key: str, payload: bytes) -> None:
-        """Store payload under key, replacing any previous entry atomically."""
-        path = self._path(key)
-        self._make_dirs(path.parent)
-        # mkstemp creates the file with mode 0o600, and os.replace keeps that mode.
-        fd, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=path.parent)
+    def put(self, key: str, payload: bytes, kind: str = DEFAULT_KIND) -> bool:
+        """Store payload under key for kind, replacing any previous entry atomically.
+
+        False when the store could not take it: the reason is in `problems` (unless a concurrent
+        clear removed the file being written, which is no problem).
+        """
+        path = self._path(key, kind)
+        if not self._make_dirs(self.root, self._blobs, path.parent):
+            return False
+        frame = _frame(key, kind)
+        digest = hashlib.sha256(frame)
+        digest.update(payload)
+        try:
+            # mkstemp creates the file with mode 0o600, and os.replace keeps that mode.
+            fd, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=path.parent)
+        except OSError as error:
+            self._note("write", path.parent, error)
+            return False
         try:
             with os.fdopen(fd, "wb") as file:
-                file.write(MAGIC)
-                file.write(hashlib.sha256(payload).digest())
+                file.write(MAGIC + digest.digest() + frame)
                 file.write(payload)
             os.replace(temp, path)
+        except FileNotFoundError:  # a concurrent clear removed the temp file: nothing stored
+            return False
+        except OSError as error:
+            self._remove(Path(temp))
+            self._note("write", path, error)
+            return False
         except BaseException:
-            _unlink(Path(temp))
+            self._remove(Path(temp))
             raise
+        return True
 
-    def contains(self, key: str) -> bool:
-        """Whether an entry exists under key, without reading or verifying it."""
-        return self._path(key).is_file()
+    def contains(self, key: str, kind: str = DEFAULT_KIND) -> bool:
+        """Whether an entry file exists under key, without reading or verifying it."""
+        try:
+            return stat.S_ISREG(os.lstat(self._path(key, kind)).st_mode)
+        except OSError:
+            return False
+
+    def check(self) -> StoreProblem | None:
+        """Make the store's folders; the problem that makes it unusable, if any."""
+        self._make_dirs(self.root, self._blobs)
+        return self.unusable
 
     def stats(self) -> StoreStats:
-        entries = self._entries()
-        total = sum(entry.size for entry in entries)
-        return StoreStats(self.root, len(entries), total, self.max_bytes)
+        scan = self._scan()
+        return StoreStats(
+            root=self.root,
+            entries=len(scan.entries),
+            total_bytes=_size(scan.entries),
+            max_bytes=self.max_bytes,
+            temp_files=len(scan.temps),
+            temp_bytes=_size(scan.temps),
+            problems=tuple(self.problems),
+        )
 
     def gc(self, max_bytes: int | None = None) -> GcResult:
         """Evict least-recently-used entries until at most max_bytes remain.
@@ -112,102 +209,186 @@ class BlobStore:
         abandoned by dead writers are removed either way.
         """
         limit = self.max_bytes if max_bytes is None else max_bytes
-        self._remove_stale_temps()
-        oldest_first = sorted(self._entries(), key=lambda entry: (entry.mtime, entry.path.name))
-        remaining = sum(entry.size for entry in oldest_first)
+        scan = self._scan()
+        cutoff = time.time() - _STALE_TEMP_SECONDS
+        self._remove_files(temp for temp in scan.temps if temp.mtime < cutoff)
+        oldest_first = sorted(scan.entries, key=lambda entry: (entry.mtime, entry.path.name))
+        remaining = _size(oldest_first)
         removed_entries = removed_bytes = 0
         for entry in oldest_first:
             if limit is None or remaining <= limit:
                 break
             remaining -= entry.size
             # Another process may have evicted it first: it is gone either way, but not by us.
-            if _unlink(entry.path):
+            if self._remove(entry.path):
                 removed_entries += 1
                 removed_bytes += entry.size
         return GcResult(removed_entries, removed_bytes, remaining)
 
     def clear(self) -> int:
-        """Remove every entry; returns how many this call removed."""
-        self._remove_stale_temps()
-        return sum(_unlink(entry.path) for entry in self._entries())
+        """Remove every entry and every temp file; returns how many entries this call removed.
+
+        A writer whose temp file goes stores nothing: its put returns False.
+        """
+        scan = self._scan()
+        self._remove_files(scan.temps)
+        return self._remove_files(scan.entries)
 
     def enforce_limit(self) -> GcResult:
         """Bring the store under self.max_bytes; meant to run once after a build."""
         return self.gc(self.max_bytes)
 
-    def _path(self, key: str) -> Path:
+    def _path(self, key: str, kind: str) -> Path:
         # The key becomes a file name, so anything but plain hex could escape the store.
         if not isinstance(key, str) or not _KEY.fullmatch(key):
             raise ValueError(f"invalid cache key {key!r}: expected 16 to 128 lowercase hex digits")
-        return self._blobs / key[:2] / key
+        if not isinstance(kind, str) or not _KIND.fullmatch(kind):
+            raise ValueError(f"invalid memo kind {kind!r}: expected a lowercase identifier")
+        name = key if kind == DEFAULT_KIND else f"{key}.{kind}"
+        return self._blobs / key[:2] / name
 
-    def _make_dirs(self, shard: Path) -> None:
-        # mkdir(parents=True) gives the parents it creates the default mode, so each of the
-        # store's own directories is made explicitly to keep it private.
-        self.root.mkdir(mode=_PRIVATE_DIR, parents=True, exist_ok=True)
-        self._blobs.mkdir(mode=_PRIVATE_DIR, exist_ok=True)
-        shard.mkdir(mode=_PRIVATE_DIR, exist_ok=True)
+    def _read_entry(self, fd: int, path: Path, key: str, kind: str) -> bytes | None:
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            self._discard(path, opened)
+            return None
+        data = _read_all(fd, opened.st_size)
+        payload = _decode(data, key, kind)
+        if payload is None:
+            self._discard(path, opened, corrupt=not data.startswith(_OLD_MAGICS))
+            return None
+        os.utime(fd)  # a hit makes the entry the most recently used
+        return payload
 
-    def _discard_corrupt(self, path: Path) -> None:
-        # A concurrent put may have replaced the bad file since it was read; removing that good
-        # entry costs one rebuild, never a wrong result.
-        if _unlink(path):
+    def _discard(self, path: Path, opened: os.stat_result | None, corrupt: bool = True) -> None:
+        """Remove what is at path (never what a symlink points to), if it is what was opened."""
+        try:
+            now = os.lstat(path)
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            self._note("remove", path, error)
+            return
+        if stat.S_ISDIR(now.st_mode):
+            self._note("read", path, os.strerror(errno.EISDIR))
+            return
+        if opened is not None and (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):
+            return  # a concurrent put replaced it since it was opened: that one is sound
+        if self._remove(path) and corrupt:
             self.corrupt_removed += 1
 
-    def _entries(self) -> list[_File]:
-        return [file for file in self._files() if _KEY.fullmatch(file.path.name)]
+    def _make_dirs(self, *folders: Path) -> bool:
+        # mkdir(parents=True) gives the parents it creates the default mode, so each of the
+        # store's own directories is made explicitly to keep it private.
+        for folder in folders:
+            try:
+                _make_private_dir(folder, parents=folder == self.root)
+            except OSError as error:
+                self._note("write", folder, error)
+                return False
+        return True
 
-    def _remove_stale_temps(self) -> None:
-        cutoff = time.time() - _STALE_TEMP_SECONDS
-        for file in self._files():
-            if file.path.name.startswith(_TEMP_PREFIX) and file.mtime < cutoff:
-                _unlink(file.path)
-
-    def _files(self) -> Iterator[_File]:
-        """Every regular file in every shard, skipping any removed while being listed."""
-        for shard in _list_dir(self._blobs):
-            if not shard.is_dir(follow_symlinks=False):
+    def _scan(self) -> _Scan:
+        """Every entry and temp file in every shard, skipping any removed while being listed."""
+        scan = _Scan()
+        for shard in self._list(self._blobs):
+            if not _SHARD.fullmatch(shard.name):
+                continue  # not a folder of ours
+            if not _is_real_dir(shard):
+                self._note("read", Path(shard.path), os.strerror(errno.ENOTDIR))
                 continue
-            for entry in _list_dir(Path(shard.path)):
-                info = _lstat(entry)
-                if info is not None and stat.S_ISREG(info.st_mode):
-                    yield _File(Path(entry.path), info.st_size, info.st_mtime)
+            for entry in self._list(Path(shard.path)):
+                file = self._regular_file(entry)
+                if file is None:
+                    continue
+                if _ENTRY_NAME.fullmatch(entry.name):
+                    scan.entries.append(file)
+                elif entry.name.startswith(_TEMP_PREFIX):
+                    scan.temps.append(file)
+        return scan
+
+    def _list(self, folder: Path) -> list[os.DirEntry[str]]:
+        try:
+            with os.scandir(folder) as entries:
+                return list(entries)
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            self._note("read", folder, error)
+            return []
+
+    def _regular_file(self, entry: os.DirEntry[str]) -> _File | None:
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            self._note("read", Path(entry.path), error)
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        return _File(Path(entry.path), info.st_size, info.st_mtime)
+
+    def _remove_files(self, files: Iterable[_File]) -> int:
+        return sum(self._remove(file.path) for file in files)
+
+    def _remove(self, path: Path) -> bool:
+        """Unlink path; False if it was already gone or could not be removed."""
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        except OSError as error:
+            self._note("remove", path, error)
+            return False
+        return True
+
+    def _note(self, action: str, path: Path, why: OSError | str) -> None:
+        reason = why if isinstance(why, str) else why.strerror or str(why)
+        problem = StoreProblem(action, path, reason)
+        if problem not in self.problems and len(self.problems) < _MAX_PROBLEMS:
+            self.problems.append(problem)
 
 
-def _decode(data: bytes) -> bytes | None:
-    """The payload if data is a whole, unaltered entry; None otherwise."""
+def _frame(key: str, kind: str) -> bytes:
+    kind_bytes, key_bytes = kind.encode(), key.encode()
+    return _FRAME.pack(_SCHEMA, len(kind_bytes), len(key_bytes)) + kind_bytes + key_bytes
+
+
+def _decode(data: bytes, key: str, kind: str) -> bytes | None:
+    """The payload if data is a whole, unaltered entry stored under key for kind; else None."""
     if len(data) < _HEADER_SIZE or not data.startswith(MAGIC):
         return None
-    payload = data[_HEADER_SIZE:]
-    if hashlib.sha256(payload).digest() != data[len(MAGIC) : _HEADER_SIZE]:
+    body = memoryview(data)[_HEADER_SIZE:]
+    if hashlib.sha256(body).digest() != data[len(MAGIC) : _HEADER_SIZE]:
         return None
-    return payload
+    # The digest matches, so the frame is as written: it only remains to ask whose entry it is.
+    frame = _frame(key, kind)
+    if bytes(body[: len(frame)]) != frame:
+        return None
+    return bytes(body[len(frame) :])
 
 
-def _touch(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.utime(path)
+def _read_all(fd: int, size_hint: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, max(size_hint, 1 << 16)):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
-def _unlink(path: Path) -> bool:
-    """Remove path; False if it was already gone."""
+def _make_private_dir(folder: Path, parents: bool) -> None:
     try:
-        path.unlink()
-    except FileNotFoundError:
+        folder.mkdir(mode=_PRIVATE_DIR, parents=parents, exist_ok=True)
+    except FileExistsError as error:  # a file where the folder should be; say so plainly
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder)) from error
+
+
+def _is_real_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
         return False
-    return True
 
 
-def _list_dir(path: Path) -> list[os.DirEntry[str]]:
-    try:
-        with os.scandir(path) as entries:
-            return list(entries)
-    except FileNotFoundError:
-        return []
-
-
-def _lstat(entry: os.DirEntry[str]) -> os.stat_result | None:
-    try:
-        return entry.stat(follow_symlinks=False)
-    except FileNotFoundError:
-        return None
+def _size(files: Iterable[_File]) -> int:
+    return sum(file.size for file in files)

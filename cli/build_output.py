@@ -11,6 +11,9 @@ from lowerd.report_table import format_report
 
 
 def print_outcome(document: dict[str, Any], as_json: bool, seconds: float) -> None:
+    # On stderr in both forms: a cache that could not be used is worth a line, not a failure.
+    for warning in document.get("warnings", []):
+        sys.stderr.write(f"lowerd: {warning}\n")
     if as_json:
         json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")

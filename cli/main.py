@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from lowerd import __version__
-from lowerd.lowering.batch import EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE
+from lowerd.lowering.batch import EXIT_TARGET_FAILED, EXIT_USAGE
 from lowerd.lowering.errors import ConfigError, LowerdError
 
 
@@ -151,19 +151,26 @@ def _run_daemon(args: argparse.Namespace) -> int:
 
 def _run_cache_stats(args: argparse.Namespace) -> int:
     from lowerd.cache.location import format_size
-    from lowerd.cache_command import open_store
+    from lowerd.cache_command import open_store, report
 
-    stats = open_store(args.config).stats()
+    store = open_store(args.config)
+    stats = store.stats()
     cap = format_size(stats.max_bytes) if stats.max_bytes else "none"
-    print(f"cache:   {stats.root}")
-    print(f"entries: {stats.entries}")
-    print(f"size:    {format_size(stats.total_bytes)} (cap {cap})")
-    return EXIT_OK
+    return report(
+        store,
+        [
+            f"cache:   {stats.root}",
+            f"entries: {stats.entries}",
+            f"size:    {format_size(stats.total_bytes)} (cap {cap})",
+            # left by writers still at work, or killed at it; gc removes old ones, clear all
+            f"temp:    {stats.temp_files} files ({format_size(stats.temp_bytes)})",
+        ],
+    )
 
 
 def _run_cache_gc(args: argparse.Namespace) -> int:
     from lowerd.cache.location import format_size, parse_size
-    from lowerd.cache_command import open_store
+    from lowerd.cache_command import open_store, report
 
     store = open_store(args.config)
     try:
@@ -172,19 +179,16 @@ def _run_cache_gc(args: argparse.Namespace) -> int:
         print(f"lowerd: --max-size: {error}", file=sys.stderr)
         return EXIT_USAGE
     result = store.gc(limit)
-    print(
-        f"removed {result.removed_entries} entries ({format_size(result.removed_bytes)}); "
-        f"{format_size(result.remaining_bytes)} remain"
-    )
-    return EXIT_OK
+    removed = f"{result.removed_entries} entries ({format_size(result.removed_bytes)})"
+    return report(store, [f"removed {removed}; {format_size(result.remaining_bytes)} remain"])
 
 
 def _run_cache_clear(args: argparse.Namespace) -> int:
-    from lowerd.cache_command import open_store
+    from lowerd.cache_command import open_store, report
 
     store = open_store(args.config)
-    print(f"removed {store.clear()} entries from {store.root}")
-    return EXIT_OK
+    removed = store.clear()
+    return report(store, [f"removed {removed} entries from {store.root}"])
 
 
 if __name__ == "__main__":

@@ -150,8 +150,7 @@ class PreprocessCache:
             return self._record_run(backend, None, run, started, note=str(why))
         digest = key.digest()
 
-        note = None
-        cached = self._load(digest)
+        cached, note = self._load(digest)
         if cached is not None:
             results, built_with = cached
             try:
@@ -164,20 +163,40 @@ class PreprocessCache:
                 return results
 
         results = run()
+        # A cache that cannot take it never fails a build: the blob is simply not stored.
         try:
-            self.store.put(digest, encode_results(results, key.handles))
-        except (NotPlainData, OSError) as why:  # a cache that can't take it never fails a build
+            payload = encode_results(results, key.handles)
+        except NotPlainData as why:
             self._record(backend, digest, "uncached", started, results, note=str(why))
+            return results
+        problems = len(self.store.problems)
+        if not self.store.put(digest, payload):
+            why = self._store_note(problems, self.store.corrupt_removed) or "not stored"
+            self._record(backend, digest, "uncached", started, results, note=why)
             return results
         self._record(backend, digest, "miss", started, results, note=note)
         return results
 
-    def _load(self, digest: str) -> tuple[list[PreprocessResult], tuple[int, ...]] | None:
+    def _load(
+        self, digest: str
+    ) -> tuple[tuple[list[PreprocessResult], tuple[int, ...]] | None, str | None]:
+        """The cached results and the handles they were built with, or why there are none."""
+        problems, corrupt = len(self.store.problems), self.store.corrupt_removed
+        payload = self.store.get(digest)
+        if payload is None:
+            return None, self._store_note(problems, corrupt)
         try:
-            payload = self.store.get(digest)
-            return decode_results(payload) if payload is not None else None
-        except Exception:  # unreadable store, or digest-valid but undecodable: preprocess again
-            return None
+            return decode_results(payload), None
+        except Exception as why:  # digest-valid but undecodable: preprocess again
+            return None, f"cached entry not decodable: {why}"
+
+    def _store_note(self, problems_before: int, corrupt_before: int) -> str | None:
+        """What went wrong in the store since those counts were taken: its I/O errors are noted,
+        never raised, so this is how a record says why the cache did not serve or keep a blob."""
+        new = [str(problem) for problem in self.store.problems[problems_before:]]
+        if self.store.corrupt_removed > corrupt_before:
+            new.append("a corrupt cache entry was removed")
+        return "; ".join(new) or None
 
     def _record_run(
         self, backend: str, key: str | None, run: Callable[[], list], started: float, note: str

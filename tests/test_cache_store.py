@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -17,7 +18,9 @@ import pytest
 from lowerd.cache.location import DEFAULT_MAX_BYTES, default_cache_dir, format_size, parse_size
 from lowerd.cache.store import MAGIC, BlobStore
 
-HEADER = len(MAGIC) + 32
+KEY_DIGITS = 64  # key_for's keys: sha256 hex digests
+# MAGIC, sha256, then the frame: schema, kind and key lengths (3 x u16), kind "blob", the key.
+HEADER = len(MAGIC) + 32 + 6 + len("blob") + KEY_DIGITS
 
 
 def key_for(name: str) -> str:
@@ -71,12 +74,15 @@ def test_missing_entry_is_a_miss_even_without_a_store_directory(root: Path) -> N
     assert not root.exists()
 
 
-def test_entry_file_is_magic_digest_payload(root: Path) -> None:
+def test_entry_file_binds_the_payload_to_its_schema_kind_and_key(root: Path) -> None:
     store = BlobStore(root)
     key = key_for("a")
     store.put(key, b"payload")
-    expected = MAGIC + hashlib.sha256(b"payload").digest() + b"payload"
+    body = struct.pack(">HHH", 2, 4, KEY_DIGITS) + b"blob" + key.encode() + b"payload"
+    expected = MAGIC + hashlib.sha256(body).digest() + body
+    assert MAGIC == b"LWB2"
     assert entry_path(root, key).read_bytes() == expected
+    assert len(expected) == HEADER + len(b"payload")
 
 
 def flip_payload_byte(data: bytes) -> bytes:
