@@ -77,9 +77,25 @@ class Batch:
     def outcome(self) -> tuple[dict[str, Any], int]:
         """The JSON document and the exit code, once every target has its result."""
         results = [self.results[target.name] for target in self.targets]
-        document = {"config": str(self.config.path), "targets": results}
-        # Only a build that stored blobs can have pushed the cache past its cap.
-        if self.use_cache and any(r.get("cache", {}).get("misses") for r in results):
-            store_for(self.config).enforce_limit()
+        document = {
+            "config": str(self.config.path),
+            "targets": results,
+            "warnings": self._cache_warnings(results),
+        }
         failed = any(result["status"] != "ok" for result in results)
         return document, EXIT_TARGET_FAILED if failed else EXIT_OK
+
+    def _cache_warnings(self, results: list[TargetJson]) -> list[str]:
+        """Trim the cache to its cap, and say what of it could not be used.
+
+        Only a build that missed can have stored blobs, or found the cache unusable: a store
+        that cannot be written makes every partition a miss ("uncached"). The store notes its
+        I/O errors instead of raising them, so the .pte already written stands.
+        """
+        if not self.use_cache or not any(r.get("cache", {}).get("misses") for r in results):
+            return []
+        store = store_for(self.config)
+        if store.check() is not None:
+            return [f"{line}; built without it" for line in store.warnings()]
+        store.enforce_limit()
+        return store.warnings()
