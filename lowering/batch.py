@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lowerd.lowering.build_state import up_to_date_report
+from lowerd.lowering.build_state import discard_failed_output, up_to_date_report
 from lowerd.lowering.config import ProjectConfig, TargetConfig, load_config, select_targets
 from lowerd.lowering.project_store import store_for
 
@@ -41,6 +41,7 @@ def failed_result(
         "error": {"kind": kind, "message": message, "file": file, "line": line},
         "entry": None,
         "modules": {},
+        "memo": {},
     }
 
 
@@ -77,6 +78,8 @@ class Batch:
     def outcome(self) -> tuple[dict[str, Any], int]:
         """The JSON document and the exit code, once every target has its result."""
         results = [self.results[target.name] for target in self.targets]
+        for result in results:
+            discard_failed_output(self.config, result)
         document = {
             "config": str(self.config.path),
             "targets": results,
