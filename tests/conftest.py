@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stock import PROJECTS, forget_project_modules
+from helpers import PROJECTS
+from stock import forget_project_modules
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ about the stock ExecuTorch reference).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -67,6 +68,21 @@ def wait_until(
         if time.monotonic() > give_up:
             raise AssertionError(f"waited {deadline:.0f} s for {what}")
         time.sleep(_POLL_SECONDS)
+
+
+async def async_wait_until(
+    predicate: Callable[[], T], deadline: float = DEADLINE, what: str = "the condition"
+) -> T:
+    """wait_until for a test on an event loop: the loop runs while the condition is polled."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + deadline
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if loop.time() > give_up:
+            raise AssertionError(f"waited {deadline:.0f} s for {what}")
+        await asyncio.sleep(_POLL_SECONDS)
 
 
 # LINE-MARK comments: where tests expect a line (tests/projects/README.md) ----------------------

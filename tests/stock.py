@@ -12,10 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-from executorch.exir import to_edge_transform_and_lower
+from helpers import PROJECTS
 
-PROJECTS = Path(__file__).parent / "projects"
+__all__ = ["PROJECTS", "call_entry", "forget_project_modules", "sha256", "stock_pte"]
 
 PARTITIONERS = {
     "xnnpack": lambda: _import(
@@ -53,6 +52,10 @@ def call_entry(root: Path, entry: str) -> Any:
 
 
 def stock_pte(root: Path, entry: str, backends: list[str]) -> bytes:
+    # Imported here: the tests that only need the projects' helpers start without torch.
+    import torch
+    from executorch.exir import to_edge_transform_and_lower
+
     returned = call_entry(root, entry)
     methods = returned if isinstance(returned, dict) else {"forward": returned}
     programs = {

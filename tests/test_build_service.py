@@ -15,6 +15,8 @@ from lowerd.daemon import build_service
 from lowerd.daemon.build_service import BuildService
 from lowerd.daemon.workers import BuildRequest
 
+from helpers import async_wait_until
+
 pytestmark = pytest.mark.asyncio
 
 GIB = 2**30
@@ -44,8 +46,11 @@ class FakeBuild:
 @dataclass
 class FakePool:
     builds: list[FakeBuild] = field(default_factory=list)
+    # target -> the targets running when it was submitted
+    alongside: dict[str, list[str]] = field(default_factory=dict)
 
     def submit(self, request: BuildRequest, on_event: Any) -> FakeBuild:
+        self.alongside[request.target] = self.running()
         build = FakeBuild(len(self.builds) + 1, request, on_event, asyncio.Future())
         self.builds.append(build)
         on_event({"type": "progress", "stage": "load", "detail": None})
@@ -63,9 +68,9 @@ def _result(target: str, status: str) -> dict[str, Any]:
     return {"name": target, "status": status, "cache": {"hits": 0, "misses": 0}}
 
 
-async def settle() -> None:
-    for _ in range(20):  # the batch's to_thread steps and task switches
-        await asyncio.sleep(0.01)
+async def running(pool: FakePool, *targets: str) -> None:
+    """Once exactly these targets' builds run (the batch's to_thread steps come first)."""
+    await async_wait_until(lambda: pool.running() == list(targets), what=f"{targets} running")
 
 
 def start_batch(
@@ -81,12 +86,11 @@ async def test_jobs_bounds_the_builds_at_once(project: Path) -> None:
     pool = FakePool()
     service = BuildService(pool)
     batch, frames = start_batch(service, project, ["tiny_linear", "refused", "pkg"], jobs=2)
-    await settle()
-    assert pool.running() == ["tiny_linear", "refused"]
+    await running(pool, "tiny_linear", "refused")
     assert [b["target"] for b in service.builds()] == ["tiny_linear", "refused"]
     pool.build_of("refused").finish()
-    await settle()
-    assert pool.running() == ["tiny_linear", "pkg"]
+    await running(pool, "tiny_linear", "pkg")
+    assert pool.alongside["pkg"] == ["tiny_linear"]  # it waited for a free job
     pool.build_of("tiny_linear").finish()
     pool.build_of("pkg").finish()
     document, exit_code = await batch
@@ -104,11 +108,10 @@ async def test_a_build_waits_until_its_last_peak_fits_in_memory(
     service.peak_rss[config, "refused"] = 6 * GIB  # its last build
     monkeypatch.setattr(build_service, "mem_available", lambda: 4 * GIB)
     batch, _ = start_batch(service, project, ["tiny_linear", "refused"], jobs=2)
-    await settle()
-    assert pool.running() == ["tiny_linear"]  # 6 GiB would not fit next to it
+    await running(pool, "tiny_linear")
     pool.build_of("tiny_linear").finish(peak_rss=GIB)
-    await settle()
-    assert pool.running() == ["refused"]  # alone, a build always starts
+    await running(pool, "refused")
+    assert pool.alongside["refused"] == []  # 6 GiB would not fit next to it; alone, it starts
     pool.build_of("refused").finish()
     await batch
     assert service.peak_rss == {(config, "tiny_linear"): GIB, (config, "refused"): GIB}
@@ -118,7 +121,7 @@ async def test_a_cancelled_batch_cancels_its_builds(project: Path) -> None:
     pool = FakePool()
     service = BuildService(pool)
     batch, _ = start_batch(service, project, ["tiny_linear", "refused", "pkg"], jobs=2)
-    await settle()
+    await running(pool, "tiny_linear", "refused")
     batch.cancel()
     with pytest.raises(asyncio.CancelledError):
         await batch
@@ -131,11 +134,11 @@ async def test_two_batches_take_turns_on_a_target(project: Path) -> None:
     service = BuildService(pool)
     first, _ = start_batch(service, project, ["tiny_linear"], jobs=1)
     second, _ = start_batch(service, project, ["tiny_linear"], jobs=1)
-    await settle()
-    assert pool.running() == ["tiny_linear"]  # one build; the second batch waits for it
+    await running(pool, "tiny_linear")
     pool.build_of("tiny_linear").finish()
-    await settle()
-    # No build record was written by the fake: the second batch builds it in its turn.
-    assert len(pool.builds) == 2
+    # No build record was written by the fake: the second batch builds it in its turn, once the
+    # first build is over.
+    await async_wait_until(lambda: len(pool.builds) == 2, what="the second build")
+    assert pool.alongside["tiny_linear"] == []
     pool.build_of("tiny_linear").finish()
     await asyncio.gather(first, second)

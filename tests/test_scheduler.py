@@ -1,0 +1,420 @@
+"""The Scheduler's promises, against a fake worker pool and with no debounce: which saves build
+which targets, what a newer save does to a running build, and which result is shown as current.
+
+The pool is our own seam: FakePool records what is submitted and cancelled, and each build ends
+when the test says so. Build records are written as a worker would write them after a good
+build, so that "which targets read this file" and "up to date" are the real code's answers. No
+process is started and torch is never imported; tests/test_server.py runs the real thing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from lowerd.daemon.scheduler import Scheduler
+from lowerd.daemon.workers import BuildRequest
+from lowerd.lowering.batch import failed_result
+from lowerd.lowering.build_state import (
+    FileStamp,
+    TargetState,
+    save_state,
+    stamp_files,
+    target_inputs_digest,
+)
+from lowerd.lowering.config import ProjectConfig, TargetConfig, load_config
+
+from helpers import DEADLINE, PROJECTS, async_wait_until, copy_project, write_text_atomic
+
+pytestmark = pytest.mark.asyncio
+
+ALL = ["tiny_linear", "refused", "two_methods", "dynamic", "pkg"]
+
+
+# The fakes --------------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeBuild:
+    build_id: int
+    request: BuildRequest
+    on_event: Any
+    future: asyncio.Future
+    cancelled: bool = False
+
+    @property
+    def target(self) -> str:
+        return self.request.target
+
+    async def result(self) -> dict[str, Any]:
+        return await asyncio.shield(self.future)
+
+    def cancel(self) -> None:
+        """What the real pool does: the worker is killed and the result says so."""
+        self.cancelled = True
+        if not self.future.done():
+            self.future.set_result(failed_result(self.target, "cancelled", "cancelled"))
+
+    def finish(self, result: dict[str, Any] | None = None) -> None:
+        self.future.set_result(result or ok(self.target))
+
+
+@dataclass
+class FakePool:
+    builds: list[FakeBuild] = field(default_factory=list)
+
+    def submit(self, request: BuildRequest, on_event: Any) -> FakeBuild:
+        loop = asyncio.get_running_loop()
+        build = FakeBuild(len(self.builds) + 1, request, on_event, loop.create_future())
+        self.builds.append(build)
+        return build
+
+    def targets(self) -> list[str]:
+        return [b.target for b in self.builds]
+
+    def running(self) -> list[FakeBuild]:
+        return [b for b in self.builds if not b.future.done()]
+
+    def running_of(self, target: str) -> FakeBuild:
+        [build] = [b for b in self.running() if b.target == target]
+        return build
+
+
+@dataclass
+class Listener:
+    """The server's side: every call, in order."""
+
+    started: list[tuple[str, int]] = field(default_factory=list)
+    events: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+    finished: list[tuple[str, int | None, dict[str, Any], bool]] = field(default_factory=list)
+    fail_on_finish: bool = False
+
+    def build_started(self, target: str, build_id: int) -> None:
+        self.started.append((target, build_id))
+
+    def build_event(self, target: str, build_id: int, event: dict[str, Any]) -> None:
+        self.events.append((target, build_id, event))
+
+    def build_finished(
+        self, target: str, build_id: int | None, result: dict[str, Any], current: bool
+    ) -> None:
+        self.finished.append((target, build_id, result, current))
+        if self.fail_on_finish:
+            raise RuntimeError("showing the result failed")
+
+    def current(self, target: str) -> list[dict[str, Any]]:
+        return [r for t, _, r, current in self.finished if t == target and current]
+
+    def of_build(self, build_id: int) -> list[tuple[dict[str, Any], bool]]:
+        return [(r, current) for _, b, r, current in self.finished if b == build_id]
+
+
+def ok(target: str) -> dict[str, Any]:
+    return {"name": target, "status": "ok", "error": None, "reused": None}
+
+
+@dataclass
+class Setup:
+    scheduler: Scheduler
+    pool: FakePool
+    listener: Listener
+    config: ProjectConfig
+
+    def path(self, relative: str) -> Path:
+        return self.config.root / relative
+
+    def target(self, name: str) -> TargetConfig:
+        return self.config.targets[name]
+
+    def save(self, relative: str, text: str) -> list[str]:
+        """An editor's save: the file written, the change noted, its targets scheduled."""
+        path = self.path(relative)
+        write_text_atomic(path, text)
+        assert self.scheduler.note_change(path)
+        return self.scheduler.rebuild_for(path)
+
+    def record(self, name: str, *sources: str) -> None:
+        """What a worker leaves after a good build: the .pte and the build record."""
+        target = self.target(name)
+        output = self.config.output_path(name)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_bytes(f"pte of {name}".encode())
+        state = TargetState(
+            target=name,
+            inputs_digest=target_inputs_digest(self.config, target),
+            sources=stamp_files(self.path(s) for s in sources),
+            output=FileStamp.of(output),
+            report={"name": name, "status": "ok", "error": None},
+        )
+        save_state(self.config, target, state)
+
+    async def submitted(self, count: int) -> list[FakeBuild]:
+        """The builds once `count` were submitted in all."""
+        await async_wait_until(
+            lambda: len(self.pool.builds) >= count, what=f"{count} builds submitted"
+        )
+        return self.pool.builds
+
+    async def idle(self, *names: str) -> dict[str, dict[str, Any] | None]:
+        return await asyncio.wait_for(self.scheduler.wait_idle(names or ALL), DEADLINE)
+
+
+@pytest_asyncio.fixture
+async def setup(tmp_path: Path) -> Setup:
+    """A copy of tests/projects/basic; nothing of it is imported here."""
+    project = copy_project(PROJECTS / "basic", tmp_path / "basic")
+    config = load_config(project / "pyproject.toml")
+    pool, listener = FakePool(), Listener()
+
+    def request_for(target: TargetConfig) -> BuildRequest:
+        return BuildRequest(config_path=str(config.path), target=target.name)
+
+    scheduler = Scheduler(pool, listener, request_for, debounce=0)
+    scheduler.set_config(config)
+    return Setup(scheduler, pool, listener, config)
+
+
+async def built_once(setup: Setup) -> None:
+    """Every target built and recorded, each reading its entry file (pkg also its layers)."""
+    setup.scheduler.request(ALL, now=True)
+    for build in await setup.submitted(len(ALL)):
+        sources = [setup.target(build.target).entry.partition(":")[0]]
+        if build.target == "pkg":
+            sources = ["tiny_pkg/nets.py", "tiny_pkg/layers.py", "tiny_pkg/__init__.py"]
+        setup.record(build.target, *sources)
+        build.finish()
+    await setup.idle()
+    setup.listener.finished.clear()
+    setup.listener.started.clear()
+    setup.pool.builds.clear()
+
+
+# What builds ------------------------------------------------------------------------------------
+
+
+async def test_a_save_builds_the_targets_that_read_the_file_and_no_other(setup: Setup) -> None:
+    await built_once(setup)
+    layers = setup.path("tiny_pkg/layers.py")
+    assert setup.save("tiny_pkg/layers.py", layers.read_text() + "\n# edited\n") == ["pkg"]
+    [build] = await setup.submitted(1)
+    assert build.target == "pkg"
+    build.finish()
+    results = await setup.idle()
+    assert results["pkg"]["status"] == "ok"
+    assert setup.pool.targets() == ["pkg"]
+
+
+async def test_a_never_built_target_builds_on_a_save_of_any_python_file(setup: Setup) -> None:
+    """It may read any of them: nothing recorded says otherwise."""
+    scheduled = setup.save("models/tiny_linear.py", setup.path("models/tiny_linear.py").read_text())
+    assert sorted(scheduled) == sorted(ALL)
+    for build in await setup.submitted(len(ALL)):
+        build.finish()
+    await setup.idle()
+    assert sorted(setup.pool.targets()) == sorted(ALL)
+
+
+async def test_files_outside_the_sources_build_nothing(setup: Setup) -> None:
+    """The build output, ignored folders and a file no target reads."""
+    await built_once(setup)
+    output = setup.config.output_path("tiny_linear")
+    for path in (
+        output,
+        setup.path(".git/config"),
+        setup.path("models/__pycache__/tiny_linear.cpython-311.pyc"),
+        setup.path("notes.txt"),
+    ):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, "changed")
+        assert setup.scheduler.rebuild_for(path) == [], path
+    await setup.idle()
+    assert setup.pool.builds == [] and setup.listener.finished == []
+
+
+async def test_a_change_already_seen_is_not_noted_twice(setup: Setup) -> None:
+    """A didSave and the watcher's event(s) for one write are one change."""
+    path = setup.path("models/refused.py")
+    write_text_atomic(path, path.read_text() + "\n# one\n")
+    assert setup.scheduler.note_change(path)
+    assert not setup.scheduler.note_change(path)
+    write_text_atomic(path, path.read_text() + "# two\n")
+    assert setup.scheduler.note_change(path)
+
+
+async def test_an_up_to_date_target_is_answered_without_a_worker(setup: Setup) -> None:
+    """A save that changes no byte (or reverts an edit) costs no build."""
+    await built_once(setup)
+    text = setup.path("models/refused.py").read_text()
+    assert setup.save("models/refused.py", text) == ["refused"]
+    results = await setup.idle("refused")
+    assert setup.pool.builds == []
+    assert results["refused"]["reused"] == "up-to-date"
+    [(target, build_id, result, current)] = setup.listener.finished
+    assert (target, build_id, current) == ("refused", None, True)
+
+
+# A newer save and a running build ---------------------------------------------------------------
+
+
+async def test_a_save_during_a_build_cancels_it_and_builds_again(setup: Setup) -> None:
+    await built_once(setup)
+    path = "models/refused.py"
+    original = setup.path(path).read_text()
+    setup.save(path, original + "\n# first\n")
+    [first] = await setup.submitted(1)
+    assert setup.listener.started == [("refused", first.build_id)]
+    setup.save(path, original + "\n# second\n")
+    [_, second] = await setup.submitted(2)
+    assert first.cancelled and not second.cancelled and second.target == "refused"
+    # The cancelled build's result is told, but not as current, and is not the target's result.
+    await async_wait_until(lambda: setup.listener.of_build(first.build_id), what="first ended")
+    [(cancelled, current)] = setup.listener.of_build(first.build_id)
+    assert cancelled["error"]["kind"] == "cancelled" and current is False
+    assert setup.scheduler.building("refused")
+    assert setup.scheduler.results["refused"]["status"] == "ok"  # still the last good one
+    second.finish()
+    results = await setup.idle("refused")
+    assert results["refused"]["status"] == "ok"
+    assert setup.listener.current("refused") == [results["refused"]]
+
+
+async def test_saves_in_one_burst_make_one_build(setup: Setup) -> None:
+    await built_once(setup)
+    path = "models/refused.py"
+    original = setup.path(path).read_text()
+    for n in range(3):  # no await between them: the debounce timer fires once after the burst
+        setup.save(path, original + f"\n# edit {n}\n")
+    [build] = await setup.submitted(1)
+    build.finish()
+    await setup.idle("refused")
+    assert setup.pool.targets() == ["refused"] and not build.cancelled
+
+
+async def test_a_result_that_comes_after_a_cancel_is_not_current(setup: Setup) -> None:
+    """A worker that finished as it was being killed: its result is stale all the same."""
+    await built_once(setup)
+    path = "models/refused.py"
+    original = setup.path(path).read_text()
+    setup.save(path, original + "\n# first\n")
+    [first] = await setup.submitted(1)
+    first.cancel = lambda: setattr(first, "cancelled", True)  # the kill lands too late
+    setup.save(path, original + "\n# second\n")
+    [_, second] = await setup.submitted(2)
+    first.finish({**ok("refused"), "stale": True})
+    await async_wait_until(lambda: setup.listener.of_build(first.build_id), what="first ended")
+    [(_, current)] = setup.listener.of_build(first.build_id)
+    assert current is False
+    second.finish()
+    results = await setup.idle("refused")
+    assert "stale" not in results["refused"]
+    assert all("stale" not in r for r in setup.listener.current("refused"))
+
+
+async def test_events_of_a_superseded_build_are_dropped(setup: Setup) -> None:
+    await built_once(setup)
+    path = "models/refused.py"
+    original = setup.path(path).read_text()
+    setup.save(path, original + "\n# first\n")
+    [first] = await setup.submitted(1)
+    first.on_event({"type": "progress", "stage": "export"})
+    setup.save(path, original + "\n# second\n")
+    [_, second] = await setup.submitted(2)
+    first.on_event({"type": "progress", "stage": "late"})
+    second.on_event({"type": "progress", "stage": "load"})
+    second.finish()
+    await setup.idle("refused")
+    assert [(b, e["stage"]) for _, b, e in setup.listener.events] == [
+        (first.build_id, "export"),
+        (second.build_id, "load"),
+    ]
+
+
+async def test_a_build_of_one_target_does_not_cancel_another(setup: Setup) -> None:
+    await built_once(setup)
+    refused = setup.path("models/refused.py")
+    setup.save("models/refused.py", refused.read_text() + "\n# edited\n")
+    [first] = await setup.submitted(1)
+    dynamic = setup.path("models/dynamic.py")
+    setup.save("models/dynamic.py", dynamic.read_text() + "\n# edited\n")
+    [_, second] = await setup.submitted(2)
+    assert (first.target, second.target) == ("refused", "dynamic") and not first.cancelled
+    first.finish()
+    second.finish()
+    results = await setup.idle("refused", "dynamic")
+    assert {r["status"] for r in results.values()} == {"ok"}
+
+
+# Results and waiting ----------------------------------------------------------------------------
+
+
+async def test_wait_idle_waits_for_the_build_and_returns_its_result(setup: Setup) -> None:
+    setup.scheduler.request(["tiny_linear"], now=True)
+    [build] = await setup.submitted(1)
+    waiting = asyncio.ensure_future(setup.idle("tiny_linear"))
+    await async_wait_until(lambda: setup.scheduler.building("tiny_linear"), what="building")
+    assert not waiting.done()
+    build.finish()
+    assert (await waiting)["tiny_linear"]["status"] == "ok"
+    assert not setup.scheduler.building("tiny_linear")
+
+
+async def test_a_pool_that_fails_is_a_worker_crash_result(setup: Setup) -> None:
+    setup.scheduler.request(["tiny_linear"], now=True)
+    [build] = await setup.submitted(1)
+    build.future.set_exception(ConnectionError("the fork server exited"))
+    result = (await setup.idle("tiny_linear"))["tiny_linear"]
+    assert result["error"]["kind"] == "worker-crash"
+    assert "the fork server exited" in result["error"]["message"]
+
+
+async def test_a_listener_that_fails_still_lets_waiters_go(setup: Setup) -> None:
+    setup.listener.fail_on_finish = True
+    setup.scheduler.request(["tiny_linear"], now=True)
+    [build] = await setup.submitted(1)
+    waiting = asyncio.ensure_future(setup.idle("tiny_linear"))
+    build.finish()
+    assert (await waiting)["tiny_linear"]["status"] == "ok"
+
+
+async def test_a_target_the_config_drops_is_cancelled_and_forgotten(setup: Setup) -> None:
+    setup.scheduler.request(["tiny_linear", "refused"], now=True)
+    builds = await setup.submitted(2)
+    fewer = setup.config.root / "pyproject.toml"
+    text = fewer.read_text()
+    start = text.index("[tool.lowerd.targets.refused]")
+    end = text.index("[tool.lowerd.targets.two_methods]")
+    write_text_atomic(fewer, text[:start] + text[end:])
+    setup.scheduler.set_config(load_config(fewer))
+    [dropped] = [b for b in builds if b.target == "refused"]
+    [kept] = [b for b in builds if b.target == "tiny_linear"]
+    assert dropped.cancelled and not kept.cancelled
+    assert not setup.scheduler.building("refused") and "refused" not in setup.scheduler.results
+    kept.finish()
+    await setup.idle("tiny_linear")
+    assert [r for t, _, r, current in setup.listener.finished if t == "refused" and current] == []
+
+
+async def test_cancel_all_ends_every_build_and_pending_request(setup: Setup) -> None:
+    setup.scheduler.request(["tiny_linear"], now=True)
+    [build] = await setup.submitted(1)
+    setup.scheduler.request(["refused"])  # scheduled, not yet started
+    setup.scheduler.cancel_all()
+    assert build.cancelled
+    results = await setup.idle("tiny_linear", "refused")
+    assert results == {"tiny_linear": None, "refused": None}
+    # The pending request went with it: the next start builds only what is asked then.
+    setup.scheduler.request(["dynamic"], now=True)
+    await setup.submitted(2)
+    assert setup.pool.targets() == ["tiny_linear", "dynamic"]
+
+
+async def test_a_save_seen_through_a_symlink_is_the_same_file(setup: Setup, tmp_path: Path) -> None:
+    await built_once(setup)
+    link = tmp_path / "link"
+    link.symlink_to(setup.config.root)
+    assert setup.scheduler.rebuild_for(link / "models" / "refused.py") == ["refused"]
