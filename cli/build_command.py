@@ -1,24 +1,28 @@
-"""`lowerd build`: build the selected targets in-process, or several at once in worker processes."""
+"""`lowerd build` in-process: each stale target builds in a fork of this process.
+
+This process imports torch and ExecuTorch once; each target's user code then runs in a forked
+worker (the daemon's: daemon/forkserver.py `fork_worker`), so a model that calls os._exit or
+crashes ends only its worker. Its events and result come back as msgpack frames on a pipe, never
+pickle; a worker that ends without a result is a `worker-crash` at the target's entry function.
+`--jobs N` runs up to N workers at once.
+"""
 
 from __future__ import annotations
 
 import gc
-import multiprocessing
+import os
+import selectors
+import signal
 import time
+from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from lowerd.build_output import print_outcome, progress_printer
-from lowerd.lowering.batch import Batch, failed_result
-from lowerd.lowering.config import (
-    ProjectConfig,
-    TargetConfig,
-    find_config,
-    load_config,
-    select_targets,
-)
-from lowerd.lowering.project_store import store_for
+from lowerd.build_output import ProgressLine, print_outcome, progress_printer
+from lowerd.daemon.frames import HEADER_SIZE, FrameError, decode_payload, frame_length
+from lowerd.lowering.batch import Batch, TargetJson, failed_result
+from lowerd.lowering.config import ProjectConfig, TargetConfig, find_config
 
 
 def run_build(
@@ -32,56 +36,145 @@ def run_build(
     path = Path(config_path) if config_path else find_config(Path.cwd())
     batch = Batch.load(path, target_names, use_cache)
     batch.answer_up_to_date()
-    config, stale = batch.config, batch.stale
-    if jobs > 1 and len(stale) > 1:
-        batch.results.update(_build_in_workers(config, stale, use_cache, jobs))
-    else:
-        for target in stale:
-            batch.results[target.name] = _build_here(config, target, use_cache)
+    if batch.stale:
+        _import_build_modules()
+        progress = progress_printer()
+        try:
+            built = build_in_workers(batch.config, batch.stale, use_cache, jobs, progress)
+            batch.results.update(built)
+        finally:
+            if progress:
+                progress.clear()
     document, exit_code = batch.outcome()
     print_outcome(document, as_json, time.perf_counter() - started)
     return exit_code
 
 
-def _build_here(config: ProjectConfig, target: TargetConfig, use_cache: bool) -> dict:
-    from lowerd.lowering.build import build_target  # imports torch: only when there is work
+def _import_build_modules() -> None:
+    """Imported once here, inherited by every worker. No torch op runs here: a fork after GNU
+    OpenMP's thread pool started hangs at the worker's first parallel op."""
+    import executorch.exir  # noqa: F401
+    import torch  # noqa: F401
 
+    import lowerd.lowering.build  # noqa: F401
+    import lowerd.lowering.preprocess_cache  # noqa: F401
+    import lowerd.lowering.report  # noqa: F401
+
+    gc.collect()
     gc.freeze()  # torch's and ExecuTorch's objects never die: spare every collection the scan
 
-    progress = progress_printer()
-    store = store_for(config) if use_cache else None
-    result = build_target(config, target, store, progress, reuse=use_cache)
-    if progress:
-        progress.clear()
-    return result.to_json()
+
+def build_in_workers(
+    config: ProjectConfig,
+    targets: Sequence[TargetConfig],
+    use_cache: bool,
+    jobs: int,
+    progress: ProgressLine | None = None,
+) -> dict[str, TargetJson]:
+    """Each target's result, built in a forked worker, up to `jobs` at once."""
+    waiting = deque(targets)
+    running: dict[int, _Worker] = {}  # event pipe -> its worker
+    results: dict[str, TargetJson] = {}
+    with selectors.DefaultSelector() as selector:
+        try:
+            while waiting or running:
+                while waiting and len(running) < jobs:
+                    target = waiting.popleft()
+                    try:
+                        worker = _Worker.fork(config, target, use_cache)
+                    except OSError as error:  # no process to be had (EAGAIN, ENOMEM)
+                        message = f"no build worker could be started: {error}"
+                        results[target.name] = failed_result(target.name, "worker-crash", message)
+                        continue
+                    running[worker.events] = worker
+                    selector.register(worker.events, selectors.EVENT_READ)
+                for key, _ in selector.select():
+                    worker = running[key.fd]
+                    if not worker.read(progress):
+                        selector.unregister(key.fd)
+                        del running[key.fd]
+                        results[worker.target.name] = worker.finish(config)
+        finally:  # interrupted: the workers lead their own process groups, out of Ctrl-C's reach
+            for worker in running.values():
+                worker.kill()
+    return results
 
 
-def _build_in_workers(
-    config: ProjectConfig, targets: list[TargetConfig], use_cache: bool, jobs: int
-) -> list[tuple[str, dict]]:
-    # spawn, not fork: each worker imports user code into a clean interpreter, and no torch
-    # threads are inherited mid-flight.
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(targets)), mp_context=context) as pool:
-        futures = [
-            pool.submit(_build_in_worker, str(config.path), target.name, use_cache)
-            for target in targets
-        ]
-        return [
-            (target.name, _result_or_crash(future, target))
-            for future, target in zip(futures, targets, strict=True)
-        ]
+@dataclass
+class _Worker:
+    target: TargetConfig
+    pid: int
+    events: int  # the read end of its event pipe
+    received: bytearray = field(default_factory=bytearray)
+    result: TargetJson | None = None
+    garbled: bool = False  # it wrote something that is not a frame: nothing after it counts
+
+    @classmethod
+    def fork(cls, config: ProjectConfig, target: TargetConfig, use_cache: bool) -> _Worker:
+        from lowerd.daemon.forkserver import fork_worker
+
+        request = {"config": str(config.path), "target": target.name, "use_cache": use_cache}
+        read_end, write_end = os.pipe()
+        try:
+            pid = fork_worker(request, write_end)
+        except OSError:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)  # the worker's alone: its end of the pipe closes when it ends
+        return cls(target, pid, read_end)
+
+    def read(self, progress: ProgressLine | None) -> bool:
+        """Take in what the worker wrote; False once it closed its end."""
+        data = os.read(self.events, 1 << 16)
+        if not data:
+            return False
+        if not self.garbled:
+            self.received += data
+            self._take_frames(progress)
+        return True
+
+    def _take_frames(self, progress: ProgressLine | None) -> None:
+        while len(self.received) >= HEADER_SIZE:
+            try:
+                length = frame_length(self.received[:HEADER_SIZE])
+                if len(self.received) < HEADER_SIZE + length:
+                    return
+                message = decode_payload(bytes(self.received[HEADER_SIZE : HEADER_SIZE + length]))
+            except FrameError:
+                self.garbled = True
+                return
+            del self.received[: HEADER_SIZE + length]
+            if message.get("type") == "result":
+                self.result = message.get("result")
+            elif message.get("type") == "progress" and progress:
+                progress(message["stage"], self.target.name, message.get("detail"))
+
+    def finish(self, config: ProjectConfig) -> TargetJson:
+        os.close(self.events)
+        _, status = os.waitpid(self.pid, 0)
+        if self.result is not None and not self.garbled:
+            return self.result
+        return _crashed(config, self.target, status)
+
+    def kill(self) -> None:
+        for kill in (os.killpg, os.kill):  # before its setsid() the worker has no group yet
+            try:
+                kill(self.pid, signal.SIGKILL)
+                break
+            except (ProcessLookupError, PermissionError):
+                continue
+        os.waitpid(self.pid, 0)
+        os.close(self.events)
 
 
-def _result_or_crash(future: Future, target: TargetConfig) -> dict:
-    try:
-        return future.result()
-    except Exception as error:  # the worker died (segfault, OOM kill) or could not start
-        message = f"build worker failed: {type(error).__name__}: {error}"
-        return failed_result(target.name, "worker-crash", message)
+def _crashed(config: ProjectConfig, target: TargetConfig, status: int) -> TargetJson:
+    """The worker ended without a result: shown at the entry function, found without running
+    user code again."""
+    from lowerd.daemon.entry_site import entry_site
+    from lowerd.daemon.workers import exit_message
+    from lowerd.lowering.source_map import UserFiles
 
-
-def _build_in_worker(config_path: str, target_name: str, use_cache: bool) -> dict:
-    config = load_config(Path(config_path))
-    [target] = select_targets(config, [target_name])
-    return _build_here(config, target, use_cache)
+    site = entry_site(config, target)
+    file = UserFiles(config.root).display(site.path)
+    return failed_result(target.name, "worker-crash", exit_message(status), file, site.line)

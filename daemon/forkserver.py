@@ -15,6 +15,7 @@ worker events (on the pipe): {"type": "progress", "stage", "detail"}, {"type": "
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import os
 import resource
@@ -121,15 +122,25 @@ def _reap(channel: socket.socket, running: dict[int, int]) -> None:
 
 
 def _fork_worker(channel: socket.socket, request: dict[str, Any], fd: int) -> int:
+    return fork_worker(request, fd, inherited=channel)
+
+
+def fork_worker(request: dict[str, Any], fd: int, inherited: socket.socket | None = None) -> int:
+    """Fork a worker that builds `request`'s target and writes its events, then its result, as
+    frames to `fd`; the worker's pid. Also how an in-process `lowerd build` runs each target, so
+    that user code which exits or crashes ends only its worker."""
+    _flush_output()  # else the worker writes the parent's buffered output a second time
     pid = os.fork()
     if pid:
         return pid
     # The worker: its own process group, so that killing the build also ends what it spawned.
     code = 1
     try:
-        channel.close()
+        if inherited is not None:
+            inherited.close()
         os.setsid()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        _user_stdout_to_stderr()
         if request.get("memory_limit"):
             limit = int(request["memory_limit"])
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -139,7 +150,29 @@ def _fork_worker(channel: socket.socket, request: dict[str, Any], fd: int) -> in
     except BaseException:
         traceback.print_exc()
     finally:
+        _flush_output()
         os._exit(code)
+
+
+def _user_stdout_to_stderr() -> None:
+    """Whatever the build prints (user code, libraries, C++) goes to stderr: stdout may carry a
+    `--json` document or an editor's protocol, and the result travels on its own pipe."""
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr  # line-buffered: prints interleave with the rest of stderr in order
+
+
+def _flush_output() -> None:
+    """os._exit skips every flush: push out Python's buffers and C's stdio ones."""
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # closed, or its reader is gone: nothing to save
+            pass
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
 
 
 def _build(request: dict[str, Any], events: Any) -> None:

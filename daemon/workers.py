@@ -286,7 +286,12 @@ def _ended_message(handle: BuildHandle) -> str:
 
 
 def _crash_message(handle: BuildHandle, status: int | None) -> str:
-    limit = handle.request.memory_limit
+    return exit_message(status, handle.request.memory_limit)
+
+
+def exit_message(status: int | None, limit: int | None = None) -> str:
+    """Why a build worker that sent no result ended, from its wait() status (None: unknown).
+    Also the in-process `lowerd build`'s, whose workers are forks too."""
     memory = f" (memory limit {limit // 2**20} MiB)" if limit else ""
     if status is None:
         return "the build worker ended without a result"

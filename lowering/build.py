@@ -31,6 +31,7 @@ from lowerd.lowering.build_state import (
 from lowerd.lowering.config import ProjectConfig, TargetConfig
 from lowerd.lowering.entry import LoadedEntry, MethodSpec, definition_site, load_entry
 from lowerd.lowering.errors import ExportError, LowerdError, LoweringError
+from lowerd.lowering.export_output import export_output_held
 from lowerd.lowering.inputs import InputRecorder
 from lowerd.lowering.program_fingerprint import ProgramFingerprint, fingerprint, moved_lines
 from lowerd.lowering.report_model import MethodReport
@@ -230,9 +231,10 @@ class _TargetBuilder:
         for name, method in methods.items():
             self._stage("export", name)
             try:
-                exported[name] = torch.export.export(
-                    method.module, method.args, dynamic_shapes=method.dynamic_shapes
-                )
+                with export_output_held():  # torch's own account of a failure: ours says it
+                    exported[name] = torch.export.export(
+                        method.module, method.args, dynamic_shapes=method.dynamic_shapes
+                    )
             except Exception as error:
                 raise self._blame(ExportError, error, f"torch.export of {name!r} failed") from error
         return exported

@@ -33,3 +33,29 @@ def hungry():
 
 def raises():
     raise RuntimeError("the model is broken")  # LINE-MARK: crashy.raises
+
+
+class _ExitsInForward(nn.Module):
+    def forward(self, x):
+        os._exit(3)
+
+
+def exits_in_forward():  # LINE-MARK: crashy.exits_in_forward
+    return _ExitsInForward(), (torch.randn(2, 8),)
+
+
+class _Chatty(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        print("CHATTY-FORWARD printed while exporting")
+        return self.fc(x).relu()
+
+
+def chatty():
+    print("CHATTY-MAKE printed by the entry")
+    os.write(1, b"CHATTY-FD1 written to file descriptor 1\n")  # below Python's sys.stdout
+    torch.manual_seed(0)
+    return _Chatty().eval(), (torch.randn(2, 8),)

@@ -1,0 +1,181 @@
+"""User code cannot take `lowerd build` down, nor write into its report.
+
+Real `lowerd` subprocesses on copies of tests/projects (crashy/, broken/):
+
+- a target whose forward calls os._exit(3) fails alone, as a worker-crash at its entry function,
+  in-process (`--no-daemon`, one job and two);
+- what a model prints goes to stderr, so `--json` leaves one document on stdout, in-process and
+  through the daemon;
+- torch's own account of an export failure (its partial graph, its log records) is held back
+  next to lowerd's file:line message, and shown with LOWERD_LOG_LEVEL=DEBUG.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lowerd.daemon.runtime import process_alive
+
+from helpers import (
+    PROJECTS,
+    RUN_DEADLINE,
+    TRACEBACK,
+    Run,
+    copy_project,
+    line_marks,
+    lowerd,
+    lowerd_env,
+)
+
+pytestmark = pytest.mark.e2e
+
+# The one in the middle ends its worker: the one after it must still build.
+CRASH_TARGETS = ["ok", "exits_in_forward", "chatty"]
+CHATTER = [
+    "CHATTY-MAKE printed by the entry",
+    "CHATTY-FD1 written to file descriptor 1",
+    "CHATTY-FORWARD printed while exporting",
+]
+PARTIAL_GRAPH = "def forward(self"  # how torch.export's dump of its traced graph starts
+
+
+def _crashy_build(tmp_path_factory: pytest.TempPathFactory, *args: str) -> tuple[Path, Run]:
+    root = copy_project(PROJECTS / "crashy", tmp_path_factory.mktemp("crashy") / "crashy")
+    cache = tmp_path_factory.mktemp("cache")
+    return root, lowerd(root, cache, "build", "--no-daemon", *args, *CRASH_TARGETS)
+
+
+@pytest.fixture(scope="module")
+def crash_json(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run]:
+    return _crashy_build(tmp_path_factory, "--json")
+
+
+@pytest.fixture(scope="module")
+def crash_table(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run]:
+    return _crashy_build(tmp_path_factory, "--jobs", "2")
+
+
+def _crash_site(root: Path) -> tuple[str, int]:
+    return line_marks(root)["crashy.exits_in_forward"]
+
+
+# A model that ends its process ----------------------------------------------------------------
+
+
+def test_a_target_that_exits_fails_alone_as_a_worker_crash_at_its_entry(
+    crash_json: tuple[Path, Run],
+) -> None:
+    root, run = crash_json
+    assert run.returncode == 1, run.log
+    results = {target["name"]: target for target in run.json()["targets"]}
+    assert list(results) == CRASH_TARGETS, run.log
+    for name in ("ok", "chatty"):
+        assert results[name]["status"] == "ok", run.log
+        assert Path(results[name]["output"]).is_file(), run.log
+    error = results["exits_in_forward"]["error"]
+    assert results["exits_in_forward"]["status"] == "error", run.log
+    assert error["kind"] == "worker-crash", run.log
+    assert (error["file"], error["line"]) == _crash_site(root), run.log
+    assert "exited with code 3" in error["message"], run.log
+    assert not (root / "build" / "exits_in_forward.pte").exists()
+
+
+def test_with_two_jobs_the_crash_is_reported_at_its_line_and_the_rest_builds(
+    crash_table: tuple[Path, Run],
+) -> None:
+    root, run = crash_table
+    assert run.returncode == 1, run.log
+    file, line = _crash_site(root)
+    assert "exits_in_forward: FAILED" in run.stdout, run.log
+    assert f"{file}:{line}: the build worker exited with code 3" in run.stdout, run.log
+    assert "2 targets built, 1 failed" in run.stdout, run.log
+    for name in ("ok", "chatty"):
+        assert (root / "build" / f"{name}.pte").is_file(), run.log
+    assert TRACEBACK not in run.stderr, run.log
+
+
+# A model that prints ---------------------------------------------------------------------------
+
+
+def test_what_a_model_prints_goes_to_stderr_not_into_the_json(
+    crash_json: tuple[Path, Run],
+) -> None:
+    _, run = crash_json
+    run.json()  # the whole of stdout is the one document
+    for line in CHATTER:
+        assert line in run.stderr, run.log
+        assert line not in run.stdout, run.log
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A private $XDG_RUNTIME_DIR for this module's daemon, killed at the end if still there."""
+    folder = tmp_path_factory.mktemp("run")
+    folder.chmod(0o700)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("XDG_RUNTIME_DIR", str(folder))
+        yield folder
+    for status_file in (folder / "lowerd").glob("*.json"):
+        pid = json.loads(status_file.read_text())["pid"]
+        if process_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_through_the_daemon_a_model_that_prints_leaves_one_json_document(
+    runtime: Path, tmp_path: Path
+) -> None:
+    root = copy_project(PROJECTS / "crashy", tmp_path / "crashy")
+    cache = tmp_path / "cache"
+    try:
+        run = lowerd(root, cache, "build", "--daemon", "--json", "chatty")
+    finally:
+        lowerd(root, cache, "daemon", "stop")
+    assert run.returncode == 0, run.log
+    [target] = run.json()["targets"]
+    assert target["status"] == "ok", run.log
+    assert not any(line in run.stdout for line in CHATTER), run.log
+
+
+# torch's own account of an export failure ------------------------------------------------------
+
+
+def _export_failure(tmp_path: Path, **env: str) -> tuple[Path, Run]:
+    root = copy_project(PROJECTS / "broken", tmp_path / "broken")
+    args = ["build", "--no-daemon", "export_fail"]
+    done = subprocess.run(
+        [sys.executable, "-m", "lowerd", *args],
+        cwd=root,
+        env={**lowerd_env(tmp_path / "cache"), **env},
+        capture_output=True,
+        text=True,
+        timeout=RUN_DEADLINE,
+        check=False,
+    )
+    return root, Run(args, done.returncode, done.stdout, done.stderr)
+
+
+def test_an_export_failure_shows_lowerd_s_line_and_not_torch_s_dump(tmp_path: Path) -> None:
+    root, run = _export_failure(tmp_path)
+    assert run.returncode == 1, run.log
+    file, line = line_marks(root)["export_fail"]
+    assert f"{file}:{line}: torch.export of 'forward' failed" in run.stdout, run.log
+    assert TRACEBACK not in run.stderr, run.log
+    assert PARTIAL_GRAPH not in run.stderr, run.log
+    # torch's log record about the failure, from its own handler on its own logger
+    assert "Unable to find user code" not in run.stderr, run.log
+
+
+def test_lowerd_log_level_debug_shows_torch_s_account_of_the_failure(tmp_path: Path) -> None:
+    _, run = _export_failure(tmp_path, LOWERD_LOG_LEVEL="DEBUG")
+    assert run.returncode == 1, run.log
+    assert "the graph torch.export traced before it failed" in run.stderr, run.log
+    assert PARTIAL_GRAPH in run.stderr, run.log
+    assert "DEBUG torch.fx.experimental.symbolic_shapes" in run.stderr, run.log
