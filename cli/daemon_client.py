@@ -25,6 +25,7 @@ from lowerd.daemon.runtime import (
     DaemonStatus,
     InstanceLock,
     RuntimeDirError,
+    open_runtime_file,
     peer_uid,
     process_alive,
     read_status,
@@ -46,6 +47,11 @@ class DaemonError(Exception):
 
 class DaemonUnreachable(DaemonError):
     """Its status file names a live process, but nothing answers on its socket."""
+
+
+class DaemonBypassed(DaemonError):
+    """An editor's daemon serves the project but cannot serve this client; it is not ours to
+    restart."""
 
 
 def load_project(config_path: str | None) -> ProjectConfig:
@@ -73,13 +79,15 @@ def build_via_daemon(
     start = start or config.daemon
     try:
         status = _daemon_for(config, start)
+    except DaemonBypassed as error:
+        return _in_process_instead(error)
     except (RuntimeDirError, DaemonError) as error:
-        if not start:
-            return None  # no usable daemon, none asked for: build in-process, as without one
+        if not start:  # no usable daemon, none asked for: build in-process, as without one
+            return _in_process_instead(error)
         print(f"lowerd: {error}", file=sys.stderr)
         return EXIT_USAGE
     if status is None:
-        return None
+        return None  # none runs, none asked for: the plain in-process build, nothing to say
     request = {
         "op": "build",
         "config": str(config.path),
@@ -91,8 +99,8 @@ def build_via_daemon(
     try:
         final = ask(status, request, _progress_shower(progress))
     except DaemonUnreachable as error:
-        if not start:
-            return None  # the request never left: building in-process loses nothing
+        if not start:  # the request never left: building in-process loses nothing
+            return _in_process_instead(error)
         print(f"lowerd: {error}; try `lowerd daemon restart`", file=sys.stderr)
         return EXIT_USAGE
     except DaemonError as error:  # it went away mid-build
@@ -102,13 +110,20 @@ def build_via_daemon(
         if progress:
             progress.clear()
     if final.get("type") != "final":
-        print(f"lowerd: the daemon refused the build: {final.get('message')}", file=sys.stderr)
+        print(f"lowerd: daemon refused the request: {final.get('message')}", file=sys.stderr)
         return EXIT_USAGE
     if final["document"] is None:
         print(f"lowerd: {final['message']}", file=sys.stderr)
     else:
         print_outcome(final["document"], as_json, time.perf_counter() - started)
     return int(final["exit_code"])
+
+
+def _in_process_instead(why: Exception) -> None:
+    """Say why the daemon is passed over (on stderr: --json's stdout stays one document), and
+    let the caller build in-process."""
+    print(f"lowerd: not using a daemon: {why}; building in this process", file=sys.stderr)
+    return None
 
 
 def _progress_shower(progress: Callable[..., None] | None) -> Callable[[Frame], None]:
@@ -123,9 +138,9 @@ def _daemon_for(config: ProjectConfig, start: bool) -> DaemonStatus | None:
     """The daemon that can serve this config now: a stale one is replaced, as dmypy does."""
     paths = DaemonPaths.for_root(config.root)
     status = read_status(paths)
-    if status is not None and status.mismatch(config):
-        if status.kind != "headless":
-            return None  # an editor's server is the editor's to restart; build without it
+    if status is not None and (why := status.mismatch(config)):
+        if status.kind != "headless":  # an editor's server is the editor's to restart
+            raise DaemonBypassed(f"the editor's daemon {status.pid} is out of date ({why})")
         stop_daemon(paths, status)
         return start_daemon(paths, config)
     if status is None and start:
@@ -139,9 +154,7 @@ def _daemon_for(config: ProjectConfig, start: bool) -> DaemonStatus | None:
 def start_daemon(paths: DaemonPaths, config: ProjectConfig) -> DaemonStatus:
     """Start the headless daemon and wait until its socket answers (its status file is there)."""
     command = [sys.executable, "-m", "lowerd.daemon.headless", "--config", str(config.path)]
-    # Appended, never truncated: a daemon started at the same time by another client (that
-    # finds this one running and leaves) writes to the same log.
-    log = os.open(paths.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    log = paths.open_log()
     try:
         starter = subprocess.run(
             [*command, "--detach"],
@@ -212,8 +225,9 @@ def ask(
 
 def _log_tail(paths: DaemonPaths, lines: int = 10) -> str:
     try:
-        tail = paths.log.read_text(errors="replace").splitlines()[-lines:]
-    except OSError:
+        with os.fdopen(open_runtime_file(paths.log, os.O_RDONLY), errors="replace") as log:
+            tail = log.read().splitlines()[-lines:]
+    except (RuntimeDirError, OSError):
         return ""
     return f"; the end of its log ({paths.log}):\n" + "\n".join(tail) if tail else ""
 
@@ -232,10 +246,12 @@ def run_daemon_command(action: str, config_path: str | None) -> int:
 
 
 def _start(paths: DaemonPaths, config: ProjectConfig) -> int:
-    status = _daemon_for(config, start=True)
-    if status is None:  # an editor's out-of-date server holds the project
-        print(f"lowerd: an editor's daemon serves {config.root}; close it first", file=sys.stderr)
+    try:
+        status = _daemon_for(config, start=True)
+    except DaemonBypassed as error:
+        print(f"lowerd: {error}; close the editor's server first", file=sys.stderr)
         return EXIT_TARGET_FAILED
+    assert status is not None  # started, when none was running
     print(f"daemon {status.pid} serves {status.root}")
     return EXIT_OK
 

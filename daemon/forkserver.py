@@ -1,10 +1,11 @@
 """The warm fork server: imports torch and ExecuTorch once, then forks one fresh worker per build.
 
-Run as `python -m lowerd.daemon.forkserver --fd N` by the daemon's WorkerPool. It talks to the
-daemon over a SOCK_SEQPACKET socket (one msgpack message per packet); each build request carries
-the write end of a pipe (SCM_RIGHTS), which the forked worker uses to stream its events straight
-to the daemon. A worker imports the user's modules into a fresh process: no importlib.reload, and
-no state left over from the previous build. The fork server itself never runs user code.
+Run as `python -m lowerd.daemon.forkserver --fd N --parent PID` by the daemon's WorkerPool. It
+talks to the daemon over a SOCK_SEQPACKET socket (one msgpack message per packet); each build
+request carries the write end of a pipe (SCM_RIGHTS), which the forked worker uses to stream its
+events straight to the daemon. A worker imports the user's modules into a fresh process: no
+importlib.reload, and no state left over from the previous build. The fork server itself never
+runs user code.
 
 messages in:  {"op": "build", "id", "config", "target", "memory_limit", "use_cache"} + pipe fd
 messages out: {"op": "ready"}, {"op": "started", "id", "pid"}, {"op": "exited", "id", "status"}
@@ -32,21 +33,42 @@ import msgpack
 from lowerd.daemon.frames import write_frame
 
 MAX_MESSAGE = 64 * 1024
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--preload", default="xnnpack", help="backends to import up front")
+    parser.add_argument("--parent", type=int, help="the daemon's pid: die with it while warming")
     args = parser.parse_args()
     channel = socket.socket(fileno=args.fd)
+    # Warming up reads no channel, so a daemon gone meanwhile would go unnoticed for seconds:
+    # the kernel ends this process with it instead. (The daemon kills a warming fork server when
+    # it closes; this covers a daemon that was killed.)
+    _set_parent_death_signal(signal.SIGKILL)
+    if args.parent is not None and os.getppid() != args.parent:
+        raise SystemExit(0)  # it was gone before the signal was set
     _preload(args.preload.split(",") if args.preload else [])
     # What the fork server imported lives as long as it does: keep it out of every collection
     # in the workers (a full collection over torch's objects costs ~0.2 s), and unshared.
     gc.collect()
     gc.freeze()
     _send(channel, {"op": "ready"})
+    # Serving, it notices the daemon's end on its channel and kills its workers first, which a
+    # SIGKILL would leave running.
+    _set_parent_death_signal(0)
     _serve(channel)
+
+
+def _set_parent_death_signal(signum: int) -> None:
+    """prctl(PR_SET_PDEATHSIG): signum is sent to this process when the thread that started it
+    ends (0: none). Linux only; elsewhere the daemon's own close stops a warming fork server."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signum), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _preload(backends: list[str]) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lowerd.daemon.build_service import BuildService
 from lowerd.daemon.rpc import RpcServer
-from lowerd.daemon.runtime import RuntimeDirError, preload_backends
+from lowerd.daemon.runtime import DaemonPaths, InstanceLock, RuntimeDirError, preload_backends
 from lowerd.daemon.workers import WorkerPool
 from lowerd.lowering.config import ProjectConfig, load_config
 from lowerd.lowering.errors import ConfigError
@@ -36,6 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"lowerd daemon: {error}", file=sys.stderr)
         return 2
+    try:
+        _check_runtime_files(config)
+    except RuntimeDirError as error:
+        print(f"lowerd daemon: {error}", file=sys.stderr)
+        return 2
     if args.detach:
         _detach()
     logging.basicConfig(
@@ -44,6 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     return asyncio.run(serve(config))
+
+
+def _check_runtime_files(config: ProjectConfig) -> None:
+    """Before detaching, while the starter still waits for this process: a runtime folder or
+    lock lowerd cannot use fails the start with its reason, rather than in a detached daemon
+    whose starter then waits in vain for its socket."""
+    InstanceLock(DaemonPaths.for_root(config.root)).held()
 
 
 def _detach() -> None:
@@ -79,7 +91,9 @@ async def serve(config: ProjectConfig) -> int:
         await stopping.wait()
     finally:
         await server.close()
+        # A fork server still warming up is killed, never left to finish its imports orphaned.
         warming.cancel()
+        await asyncio.gather(warming, return_exceptions=True)
         await pool.close()
     log.info("daemon %d stopped", os.getpid())
     return 0

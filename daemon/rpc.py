@@ -7,12 +7,16 @@ project root, its warm workers and what it knows.
 The wire is length-prefixed msgpack frames (daemon/frames.py), never pickle; one request per
 connection:
 
-    build   {"op": "build", "config", "targets", "use_cache", "jobs"}
+    build   {"op": "build", "config": str, "targets": [str], "use_cache": bool, "jobs": int >= 1}
             -> {"type": "progress", "target", "stage", "detail"}...
             -> {"type": "final", "document", "exit_code", "message"}
     status  {"op": "status"} -> {"type": "status", "status", "builds", "peaks"}
     stop    {"op": "stop"}   -> {"type": "stopping"}
-    refused or unknown       -> {"type": "error", "message"}
+    refused, malformed or unknown -> {"type": "error", "message"}
+
+A request is checked whole before anything is done (parse_request): a frame that is not msgpack,
+not a map, of an unknown op, or with a field missing, unknown or of the wrong type is answered
+with an error frame naming the field; the client prints it and exits 2.
 
 A client that closes its end before the final frame (Ctrl-C, killed) cancels its builds. Only
 the daemon's own user may connect: the folder is 0700 and the socket 0600, and the peer's uid is
@@ -27,7 +31,7 @@ import logging
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from lowerd.daemon.build_service import BuildService, Frame
@@ -50,6 +54,85 @@ log = logging.getLogger(__name__)
 # A daemon started while the one it replaces is still closing waits for its lock a little.
 LOCK_ATTEMPTS, LOCK_RETRY_SECONDS = 20, 0.1
 REFUSED_LINGER_SECONDS = 2.0
+
+
+class RequestError(Exception):
+    """A request the daemon does not act on; the message names the field that is wrong."""
+
+
+@dataclass(frozen=True)
+class BuildCall:
+    """A client's `lowerd build`, every field checked."""
+
+    config: str  # the project's pyproject.toml
+    targets: tuple[str, ...] = ()  # none: all of them
+    use_cache: bool = True
+    jobs: int = 1
+
+
+@dataclass(frozen=True)
+class Call:
+    """A request without fields: "status" or "stop"."""
+
+    op: str
+
+
+_BUILD_FIELDS = frozenset({"op", "config", "targets", "use_cache", "jobs"})
+
+
+def parse_request(frame: dict[str, Any]) -> BuildCall | Call:
+    """The request a decoded frame makes; RequestError naming the field when it makes none."""
+    op = frame.get("op")
+    if op == "build":
+        _only_fields(frame, _BUILD_FIELDS)
+        if "config" not in frame:
+            raise RequestError("config: missing (the path of the project's pyproject.toml)")
+        return BuildCall(
+            config=_string(frame["config"], "config"),
+            targets=_strings(frame.get("targets", []), "targets"),
+            use_cache=_boolean(frame.get("use_cache", True), "use_cache"),
+            jobs=_positive_int(frame.get("jobs", 1), "jobs"),
+        )
+    if op in ("status", "stop"):
+        _only_fields(frame, frozenset({"op"}))
+        return Call(op)
+    raise RequestError(f"op: unknown request {_shown(op)}; expected build, status or stop")
+
+
+def _only_fields(frame: dict[str, Any], known: frozenset[str]) -> None:
+    unknown = sorted(map(str, set(frame) - known))
+    if unknown:
+        raise RequestError(f"{unknown[0]}: unknown field of a {frame['op']!r} request")
+
+
+def _string(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise RequestError(f"{field}: expected a non-empty string, got {_shown(value)}")
+    return value
+
+
+def _strings(value: Any, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise RequestError(f"{field}: expected a list of strings, got {_shown(value)}")
+    return tuple(_string(item, f"{field}[{index}]") for index, item in enumerate(value))
+
+
+def _boolean(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise RequestError(f"{field}: expected true or false, got {_shown(value)}")
+    return value
+
+
+def _positive_int(value: Any, field: str) -> int:
+    # bool is an int to Python, not to a client that meant a count.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequestError(f"{field}: expected an integer of at least 1, got {_shown(value)}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
 class RpcServer:
@@ -111,8 +194,13 @@ class RpcServer:
         self._clients.add(task)
         try:
             await self._answer(reader, writer)
-        except (ConnectionError, FrameError) as error:
+        except ConnectionError as error:
             log.info("client dropped: %s", error)
+        except Exception as error:  # the daemon outlives any failure of one request
+            log.exception("a request failed")
+            with contextlib.suppress(Exception):
+                message = f"the daemon failed: {type(error).__name__}: {error}"
+                await _reply(writer, {"type": "error", "message": message})
         finally:
             self._clients.discard(task)
             writer.close()
@@ -121,31 +209,32 @@ class RpcServer:
         uid = peer_uid(writer.get_extra_info("socket"))
         if uid != os.geteuid():
             log.warning("refused a client of uid %d", uid)
-            await _reply(writer, {"type": "error", "message": f"uid {uid} may not use this daemon"})
-            # Its request is read and dropped unparsed: closing on unread data would reset the
-            # connection, and the client would see a broken pipe instead of the reason.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(_until_closed(reader), REFUSED_LINGER_SECONDS)
+            await _refuse(reader, writer, f"uid {uid} may not use this daemon")
             return
-        request = await read_frame_async(reader)
-        op = request.get("op") if request else None
-        if op == "build":
+        try:
+            frame = await read_frame_async(reader)
+            if frame is None:
+                return  # it left before a whole request: nobody to answer
+            request = parse_request(frame)
+        except (FrameError, RequestError) as error:
+            log.warning("refused a malformed request: %s", error)
+            await _refuse(reader, writer, str(error))
+            return
+        if isinstance(request, BuildCall):
             await self._build(request, reader, writer)
-        elif op == "status":
+        elif request.op == "status":
             status = {"type": "status", "status": asdict(self.status)}
             peaks, builds = self.service.peaks(), self.service.builds()
             await _reply(writer, {**status, "builds": builds, "peaks": peaks})
-        elif op == "stop" and self.kind == "headless":
+        elif self.kind == "headless":  # stop
             await _reply(writer, {"type": "stopping"})
             self.on_stop()
-        elif op == "stop":
+        else:
             message = "this daemon is an editor's language server: it ends with the editor"
             await _reply(writer, {"type": "error", "message": message})
-        elif request is not None:
-            await _reply(writer, {"type": "error", "message": f"unknown request {op!r}"})
 
     async def _build(
-        self, request: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, request: BuildCall, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         def send(frame: Frame) -> None:
             if not writer.is_closing():
@@ -153,11 +242,7 @@ class RpcServer:
 
         build = asyncio.create_task(
             self.service.build(
-                str(request["config"]),
-                [str(name) for name in request.get("targets", [])],
-                bool(request.get("use_cache", True)),
-                int(request.get("jobs", 1)),
-                send,
+                request.config, list(request.targets), request.use_cache, request.jobs, send
             )
         )
         gone = asyncio.create_task(_until_closed(reader))
@@ -191,6 +276,15 @@ def _final_frame(build: asyncio.Task) -> Frame:
 async def _reply(writer: asyncio.StreamWriter, frame: Frame) -> None:
     writer.write(encode_frame(frame))
     await writer.drain()
+
+
+async def _refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, message: str) -> None:
+    """Answer with an error frame. What else the client sent is read and dropped unparsed:
+    closing on unread data would reset the connection, and the client would see a broken pipe
+    instead of the reason."""
+    await _reply(writer, {"type": "error", "message": message})
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_until_closed(reader), REFUSED_LINGER_SECONDS)
 
 
 async def _until_closed(reader: asyncio.StreamReader) -> None:

@@ -41,6 +41,58 @@ class RuntimeDirError(Exception):
     """The runtime folder is missing, or not private to this user: no daemon can be used."""
 
 
+# A planted link must not redirect a write, nor a FIFO block the open: O_NONBLOCK only matters
+# for the latter (a FIFO's open waits for a peer), and is taken off a regular file at once.
+_RUNTIME_FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def open_runtime_file(path: Path, flags: int) -> int:
+    """Open (or with O_CREAT make, 0600) a regular file of this user's in the runtime folder;
+    a link, FIFO, folder or anything else there is refused, never followed or used."""
+    try:
+        fd = os.open(path, flags | _RUNTIME_FILE_FLAGS, 0o600)
+    except OSError as error:
+        raise RuntimeDirError(_open_refusal(path, error)) from None
+    try:
+        _check_runtime_file(path, os.fstat(fd))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_runtime_file(path: Path, info: os.stat_result) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise RuntimeDirError(_not_a_file(path, info.st_mode))
+    if info.st_uid != os.geteuid():
+        raise RuntimeDirError(f"{path} belongs to uid {info.st_uid}, not to uid {os.geteuid()}")
+    if info.st_nlink != 1:  # a hard link to a file elsewhere is as planted as a symbolic one
+        raise RuntimeDirError(f"{path} has {info.st_nlink} hard links; lowerd made it with one")
+
+
+def _open_refusal(path: Path, error: OSError) -> str:
+    """Why a runtime file did not open: what is in its place, when that is not a file."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        return _not_a_file(path, mode)
+    return f"cannot open {path}: {error.strerror or error}"
+
+
+def _not_a_file(path: Path, mode: int) -> str:
+    kinds = [
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    kind = next((name for is_kind, name in kinds if is_kind(mode)), "not a regular file")
+    return f"{path} is {kind}, not a file lowerd made there: refused, never followed"
+
+
 def runtime_dir() -> Path:
     """$XDG_RUNTIME_DIR/lowerd, else lowerd-<uid> in the temp folder; made 0700 if missing."""
     base = os.environ.get("XDG_RUNTIME_DIR")
@@ -100,6 +152,11 @@ class DaemonPaths:
     @property
     def log(self) -> Path:
         return self.folder / f"{self.key}.log"
+
+    def open_log(self) -> int:
+        """The daemon's log for writing. Appended, never truncated: a daemon started at the same
+        time by another client (that finds this one running and leaves) writes to it too."""
+        return open_runtime_file(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
 
 
 @dataclass(frozen=True)
@@ -220,7 +277,8 @@ class InstanceLock:
         self.fd: int | None = None
 
     def acquire(self) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        """Raises RuntimeDirError when the lock's path holds anything but lowerd's own file."""
+        fd = open_runtime_file(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

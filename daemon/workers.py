@@ -29,6 +29,8 @@ from lowerd.lowering.batch import failed_result
 EventCallback = Callable[[dict[str, Any]], None]
 # How long a worker's exit status may trail the end of its event pipe.
 EXIT_STATUS_GRACE = 5.0
+# How long a fork server that is serving may take to leave once its channel closes.
+CLOSE_GRACE = 5.0
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,14 @@ class WorkerPool:
         self._slots: asyncio.Semaphore | None = None
         self._server: _ForkServer | None = None
         self._starting: asyncio.Lock | None = None
+        self._closed = False
 
     async def start(self) -> None:
-        await self._fork_server()
+        try:
+            await self._fork_server()
+        except ConnectionError:
+            if not self._closed:
+                raise  # a warm-up that close() stopped is no failure
 
     def submit(self, request: BuildRequest, on_event: EventCallback) -> BuildHandle:
         loop = asyncio.get_running_loop()
@@ -76,6 +83,8 @@ class WorkerPool:
         return handle
 
     async def close(self) -> None:
+        """Stop the fork server, one still warming up included; none starts after this."""
+        self._closed = True
         if self._server is not None:
             await self._server.close()
             self._server = None
@@ -88,8 +97,13 @@ class WorkerPool:
             if self._server is None or not self._server.alive:
                 if self._server is not None:
                     await self._server.close()
-                self._server = await _ForkServer.start(self.preload)
-            return self._server
+                if self._closed:
+                    raise ConnectionError("the worker pool is closed")
+                # Kept before it is ready, so that close() reaches one still warming up.
+                self._server = _ForkServer.spawn(self.preload)
+            server = self._server
+        await server.ready()
+        return server
 
     async def _run(self, handle: BuildHandle, on_event: EventCallback) -> None:
         try:
@@ -158,27 +172,40 @@ class _ForkServer:
         self.process = process
         self.channel = channel
         self.closed = False
+        self.warm = False  # it said "ready": from then on it reads its channel
         self._waiting: dict[tuple[str, int], asyncio.Future] = {}
         self._exits: dict[int, int] = {}
-        self._reader: asyncio.Task | None = None
+        self._ready = self._expect("ready", 0)
+        self._reader = asyncio.get_running_loop().create_task(self._read())
 
     @classmethod
-    async def start(cls, preload: tuple[str, ...]) -> _ForkServer:
+    def spawn(cls, preload: tuple[str, ...]) -> _ForkServer:
+        """Start the process; it warms up (imports torch, lowers once) until ready() returns.
+
+        Called on the event loop's thread, which lives as long as the daemon: the fork server's
+        parent-death signal fires when the thread that started it ends (forkserver.py).
+        """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = [sys.executable, "-m", "lowerd.daemon.forkserver", "--fd", str(theirs.fileno())]
-        process = subprocess.Popen(
-            [*command, "--preload", ",".join(preload)],
-            pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL,
-            stdout=sys.stderr.fileno(),  # user prints must never reach an LSP client on stdout
-        )
-        theirs.close()
+        try:
+            process = subprocess.Popen(
+                [*command, "--preload", ",".join(preload), "--parent", str(os.getpid())],
+                pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=sys.stderr.fileno(),  # user prints must never reach an LSP client on stdout
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
         ours.setblocking(False)
-        server = cls(process, ours)
-        ready = server._expect("ready", 0)
-        server._reader = asyncio.get_running_loop().create_task(server._read())
-        await ready
-        return server
+        return cls(process, ours)
+
+    async def ready(self) -> None:
+        """Returns once it is warm; ConnectionError if it ended first. Cancelling one waiter
+        leaves the warm-up to the others."""
+        await asyncio.shield(self._ready)
 
     @property
     def alive(self) -> bool:
@@ -212,12 +239,16 @@ class _ForkServer:
     async def close(self) -> None:
         self.closed = True
         self.channel.close()
-        if self._reader:
-            self._reader.cancel()
+        self._reader.cancel()
+        if not self.warm:
+            # Warming up, it reads no channel: it would notice the close only after seconds of
+            # imports, as an orphan if the daemon is leaving. It has no workers yet to take along.
+            self.process.kill()
         try:
-            await asyncio.wait_for(asyncio.to_thread(self.process.wait), 5)
+            await asyncio.wait_for(asyncio.to_thread(self.process.wait), CLOSE_GRACE)
         except TimeoutError:
             self.process.kill()
+            await asyncio.to_thread(self.process.wait)
 
     def _expect(self, op: str, build_id: int) -> asyncio.Future:
         future = asyncio.get_running_loop().create_future()
@@ -234,6 +265,8 @@ class _ForkServer:
                 if not data:
                     break
                 message = msgpack.unpackb(data, raw=False)
+                if message["op"] == "ready":
+                    self.warm = True
                 if message["op"] == "exited":
                     self._exits[message["id"]] = message["status"]
                 waiting = self._waiting.pop((message["op"], message.get("id", 0)), None)
