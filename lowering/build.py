@@ -64,6 +64,8 @@ class TargetResult:
     # Why no lowering ran: "same-program" when every method exported to the program of the
     # last build (a comment or unrelated edit), so its .pte was kept.
     reused: str | None = None
+    # Memoized stages besides blobs, by memo kind: {"qparams": {"hits": h, "misses": m}}.
+    memo: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -82,6 +84,7 @@ class TargetResult:
             "error": self.error.to_json() if self.error else None,
             "entry": self.entry,
             "modules": self.modules,
+            "memo": self.memo,
         }
 
 
@@ -130,10 +133,14 @@ class _TargetBuilder:
         self.partitions_done = 0
 
     def run(self, started: float, previous: TargetState | None) -> TargetResult:
+        from lowerd.lowering.qparam_memo import QParamMemo
+
         recorder = InputRecorder(self.user_files, exclude=self.config.out_dir)
+        qparams = QParamMemo(self.store)
         with recorder.recording():
             self._stage("load")
-            self.entry = load_entry(self.config, self.target)
+            with qparams.installed():  # the entry quantizes: convert_pt2e runs the searches
+                self.entry = load_entry(self.config, self.target)
             exported = self._export(self.entry.methods)
         program = fingerprint(exported, self.target.backends, self.user_files)
         if program and previous and self._same_program(previous, program):
@@ -142,6 +149,8 @@ class _TargetBuilder:
             result = self._lower_and_write(exported, started)
         result.entry = self.entry_site()
         result.modules = self._module_sites()
+        if qparams.hits or qparams.misses:
+            result.memo["qparams"] = qparams.counts()
         self._record_state(result, recorder, program)
         return result
 
