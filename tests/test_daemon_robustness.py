@@ -346,26 +346,29 @@ def test_a_refused_runtime_folder_is_said_and_the_build_done_here(
 # A fork server still warming up goes with its daemon -------------------------------------------
 
 
-def test_daemon_stop_right_after_start_takes_the_fork_server(project: Path, cache: Path) -> None:
+def started_daemon(project: Path, cache: Path) -> tuple[int, int]:
+    """`lowerd daemon start`: the daemon's pid and its fork server's, still warming up."""
     run = lowerd_without_torch(project, cache, "daemon", "start")
     assert run.returncode == 0, run.log
     daemon = daemon_of(project)
-    fork_server = warming_fork_server(daemon.pid)
+    assert daemon is not None
+    return daemon.pid, warming_fork_server(daemon.pid)
+
+
+def test_daemon_stop_right_after_start_takes_the_fork_server(project: Path, cache: Path) -> None:
+    daemon, fork_server = started_daemon(project, cache)
     run = lowerd_without_torch(project, cache, "daemon", "stop")
-    assert run.returncode == 0 and f"stopped daemon {daemon.pid}" in run.stdout, run.log
-    assert not process_alive(daemon.pid)
-    assert_ended_with(fork_server, daemon.pid)
+    assert run.returncode == 0 and f"stopped daemon {daemon}" in run.stdout, run.log
+    assert not process_alive(daemon)
+    assert_ended_with(fork_server, daemon)
 
 
 def test_a_killed_daemon_takes_its_warming_fork_server(project: Path, cache: Path) -> None:
     """No close runs in a daemon killed by SIGKILL: the kernel's parent-death signal stops it."""
-    run = lowerd_without_torch(project, cache, "daemon", "start")
-    assert run.returncode == 0, run.log
-    daemon = daemon_of(project)
-    fork_server = warming_fork_server(daemon.pid)
-    os.kill(daemon.pid, signal.SIGKILL)
-    wait_until(lambda: not process_alive(daemon.pid), what="the killed daemon's end")
-    assert_ended_with(fork_server, daemon.pid)
+    daemon, fork_server = started_daemon(project, cache)
+    os.kill(daemon, signal.SIGKILL)
+    wait_until(lambda: not process_alive(daemon), what="the killed daemon's end")
+    assert_ended_with(fork_server, daemon)
 
 
 class Editor:
