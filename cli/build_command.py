@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import os
 import selectors
-import signal
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from lowerd.build_output import ProgressLine, print_outcome, progress_printer
 from lowerd.daemon.frames import HEADER_SIZE, FrameError, decode_payload, frame_length
+from lowerd.daemon.kill import kill_worker
 from lowerd.lowering.batch import Batch, TargetJson, failed_result
 from lowerd.lowering.config import ProjectConfig, TargetConfig, find_config
 
@@ -158,12 +158,7 @@ class _Worker:
         return _crashed(config, self.target, status)
 
     def kill(self) -> None:
-        for kill in (os.killpg, os.kill):  # before its setsid() the worker has no group yet
-            try:
-                kill(self.pid, signal.SIGKILL)
-                break
-            except (ProcessLookupError, PermissionError):
-                continue
+        kill_worker(self.pid)
         os.waitpid(self.pid, 0)
         os.close(self.events)
 

@@ -31,6 +31,7 @@ from typing import Any
 import msgpack
 
 from lowerd.daemon.frames import write_frame
+from lowerd.daemon.kill import kill_worker
 
 MAX_MESSAGE = 64 * 1024
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -119,7 +120,7 @@ def _serve(channel: socket.socket) -> None:
             data, fds = b"", []
         if not data:  # the daemon is gone: so are we, and so are our workers
             for pid in running:
-                _kill_group(pid)
+                kill_worker(pid)
             return
         request = msgpack.unpackb(data, raw=False)
         if request.get("op") == "build" and fds:
@@ -267,13 +268,6 @@ def _config_failure(request: dict[str, Any], error: Exception) -> dict[str, Any]
 
 def _send(channel: socket.socket, message: dict[str, Any]) -> None:
     channel.send(msgpack.packb(message, use_bin_type=True))
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 if __name__ == "__main__":

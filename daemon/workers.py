@@ -23,6 +23,7 @@ from typing import Any
 import msgpack
 
 from lowerd.daemon.frames import FrameError, read_frame_async
+from lowerd.daemon.kill import kill_worker
 from lowerd.daemon.tasks import spawn
 from lowerd.lowering.batch import failed_result
 
@@ -159,10 +160,8 @@ class WorkerPool:
 
     @staticmethod
     def _kill(handle: BuildHandle) -> None:
-        try:
-            os.killpg(handle.pid, signal.SIGKILL)  # the worker leads its own process group
-        except (ProcessLookupError, PermissionError):
-            pass
+        if handle.pid is not None:
+            kill_worker(handle.pid)
 
 
 class _ForkServer:
