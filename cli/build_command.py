@@ -166,10 +166,7 @@ class _Worker:
 def _crashed(config: ProjectConfig, target: TargetConfig, status: int) -> TargetJson:
     """The worker ended without a result: shown at the entry function, found without running
     user code again."""
-    from lowerd.daemon.entry_site import entry_site
+    from lowerd.daemon.entry_site import failed_at_entry
     from lowerd.daemon.workers import exit_message
-    from lowerd.lowering.source_map import UserFiles
 
-    site = entry_site(config, target)
-    file = UserFiles(config.root).display(site.path)
-    return failed_result(target.name, "worker-crash", exit_message(status), file, site.line)
+    return failed_at_entry(config, target.name, "worker-crash", exit_message(status))

@@ -10,7 +10,10 @@ import ast
 from pathlib import Path
 
 from lowerd.daemon.diagnostics import Site
-from lowerd.lowering.config import ProjectConfig, TargetConfig
+from lowerd.lowering.batch import TargetJson, failed_result
+from lowerd.lowering.config import ProjectConfig, TargetConfig, load_config
+from lowerd.lowering.errors import ConfigError
+from lowerd.lowering.source_map import UserFiles
 
 
 def entry_site(config: ProjectConfig, target: TargetConfig) -> Site:
@@ -55,3 +58,18 @@ def _def_line(path: Path, function: str) -> int | None:
 
 def _defines(node: ast.AST, name: str) -> bool:
     return isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name
+
+
+def failed_at_entry(
+    config: ProjectConfig | Path, target_name: str, kind: str, message: str
+) -> TargetJson:
+    """The result of a build that ended without one (a crash, a timeout), at the entry function:
+    the same place on every path, in-process or through the daemon."""
+    try:
+        config = config if isinstance(config, ProjectConfig) else load_config(config)
+        target = config.targets[target_name]
+    except (ConfigError, KeyError):  # the config changed under the build: no place to point at
+        return failed_result(target_name, kind, message)
+    site = entry_site(config, target)
+    file = UserFiles(config.root).display(site.path)
+    return failed_result(target_name, kind, message, file, site.line)

@@ -18,10 +18,12 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgpack
 
+from lowerd.daemon.entry_site import failed_at_entry
 from lowerd.daemon.frames import FrameError, read_frame_async
 from lowerd.daemon.kill import kill_worker
 from lowerd.daemon.tasks import spawn
@@ -308,7 +310,9 @@ async def _read_events(events: asyncio.StreamReader, on_event: EventCallback) ->
 
 
 def _failure(handle: BuildHandle, kind: str, message: str) -> dict[str, Any]:
-    return failed_result(handle.request.target, kind, message)
+    if kind == "cancelled":  # superseded, not the project's fault: nothing to point at
+        return failed_result(handle.request.target, kind, message)
+    return failed_at_entry(Path(handle.request.config_path), handle.request.target, kind, message)
 
 
 def _ended_message(handle: BuildHandle) -> str:

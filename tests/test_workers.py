@@ -72,6 +72,10 @@ async def test_a_dying_worker_is_an_error_and_the_next_build_works(
     result, _ = await build(pool, crashy, target)
     assert result["status"] == "error"
     assert result["error"]["kind"] == kind and words in result["error"]["message"], result
+    # At the entry function, as the in-process build reports it: found by reading the source.
+    source = (crashy / "models" / "nets.py").read_text().splitlines()
+    assert result["error"]["file"] == "models/nets.py", result
+    assert source[result["error"]["line"] - 1].startswith(f"def {target}("), result
     again, _ = await build(pool, crashy, "ok")
     assert again["status"] == "ok"
 
