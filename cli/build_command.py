@@ -14,7 +14,7 @@ import os
 import selectors
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,19 +81,23 @@ def build_in_workers(
                 while waiting and len(running) < jobs:
                     target = waiting.popleft()
                     try:
-                        worker = _Worker.fork(config, target, use_cache)
+                        worker = _Worker.fork(config, target, use_cache, config.timeout)
                     except OSError as error:  # no process to be had (EAGAIN, ENOMEM)
                         message = f"no build worker could be started: {error}"
                         results[target.name] = failed_result(target.name, "worker-crash", message)
                         continue
                     running[worker.events] = worker
                     selector.register(worker.events, selectors.EVENT_READ)
-                for key, _ in selector.select():
+                for key, _ in selector.select(_until_first_deadline(running.values())):
                     worker = running[key.fd]
                     if not worker.read(progress):
                         selector.unregister(key.fd)
                         del running[key.fd]
                         results[worker.target.name] = worker.finish(config)
+                for worker in [w for w in running.values() if w.past_deadline()]:
+                    selector.unregister(worker.events)
+                    del running[worker.events]
+                    results[worker.target.name] = worker.stop_at_timeout(config)
         finally:  # interrupted: the workers lead their own process groups, out of Ctrl-C's reach
             for worker in running.values():
                 worker.kill()
@@ -108,9 +112,13 @@ class _Worker:
     received: bytearray = field(default_factory=bytearray)
     result: TargetJson | None = None
     garbled: bool = False  # it wrote something that is not a frame: nothing after it counts
+    timeout: float | None = None  # seconds, [tool.lowerd] timeout, as the daemon's workers have
+    deadline: float | None = None  # time.monotonic() past which it is stopped
 
     @classmethod
-    def fork(cls, config: ProjectConfig, target: TargetConfig, use_cache: bool) -> _Worker:
+    def fork(
+        cls, config: ProjectConfig, target: TargetConfig, use_cache: bool, timeout: float | None
+    ) -> _Worker:
         from lowerd.daemon.forkserver import fork_worker
 
         request = {"config": str(config.path), "target": target.name, "use_cache": use_cache}
@@ -122,7 +130,21 @@ class _Worker:
             raise
         finally:
             os.close(write_end)  # the worker's alone: its end of the pipe closes when it ends
-        return cls(target, pid, read_end)
+        deadline = time.monotonic() + timeout if timeout else None
+        return cls(target, pid, read_end, timeout=timeout, deadline=deadline)
+
+    def past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def stop_at_timeout(self, config: ProjectConfig) -> TargetJson:
+        from lowerd.daemon.entry_site import failed_at_entry
+        from lowerd.daemon.workers import timeout_message
+
+        self.kill()
+        assert self.timeout is not None
+        return failed_at_entry(
+            config, self.target.name, "worker-timeout", timeout_message(self.timeout)
+        )
 
     def read(self, progress: ProgressLine | None) -> bool:
         """Take in what the worker wrote; False once it closed its end."""
@@ -161,6 +183,12 @@ class _Worker:
         kill_worker(self.pid)
         os.waitpid(self.pid, 0)
         os.close(self.events)
+
+
+def _until_first_deadline(workers: Iterable[_Worker]) -> float | None:
+    """How long select() may wait before a worker's timeout is due; None: no timeout runs."""
+    deadlines = [w.deadline for w in workers if w.deadline is not None]
+    return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
 
 def _crashed(config: ProjectConfig, target: TargetConfig, status: int) -> TargetJson:

@@ -316,9 +316,14 @@ def _failure(handle: BuildHandle, kind: str, message: str) -> dict[str, Any]:
 
 
 def _ended_message(handle: BuildHandle) -> str:
-    if handle.ended_by == "worker-timeout":
-        return f"the build did not finish within {handle.request.timeout:g} s and was stopped"
+    if handle.ended_by == "worker-timeout" and handle.request.timeout:
+        return timeout_message(handle.request.timeout)
     return "the build was cancelled"
+
+
+def timeout_message(seconds: float) -> str:
+    """Also the in-process `lowerd build`'s, whose workers have the config's timeout too."""
+    return f"the build did not finish within {seconds:g} s and was stopped"
 
 
 def _crash_message(handle: BuildHandle, status: int | None) -> str:

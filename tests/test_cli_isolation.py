@@ -33,6 +33,7 @@ from helpers import (
     line_marks,
     lowerd,
     lowerd_env,
+    write_text_atomic,
 )
 
 pytestmark = pytest.mark.e2e
@@ -100,6 +101,23 @@ def test_with_two_jobs_the_crash_is_reported_at_its_line_and_the_rest_builds(
     for name in ("ok", "chatty"):
         assert (root / "build" / f"{name}.pte").is_file(), run.log
     assert TRACEBACK not in run.stderr, run.log
+
+
+def test_a_target_that_hangs_is_stopped_at_the_configured_timeout(tmp_path: Path) -> None:
+    root = copy_project(PROJECTS / "crashy", tmp_path / "crashy")
+    config = root / "pyproject.toml"
+    write_text_atomic(
+        config, config.read_text().replace("[tool.lowerd]\n", "[tool.lowerd]\ntimeout = 2\n")
+    )
+    run = lowerd(root, tmp_path / "cache", "build", "--no-daemon", "--json", "hangs")
+    assert run.returncode == 1, run.log
+    [result] = run.json()["targets"]
+    error = result["error"]
+    assert error["kind"] == "worker-timeout", run.log
+    assert "did not finish within 2 s" in error["message"], run.log
+    source = (root / "models" / "nets.py").read_text().splitlines()
+    assert error["file"] == "models/nets.py", run.log
+    assert source[error["line"] - 1].startswith("def hangs("), run.log
 
 
 # A model that prints ---------------------------------------------------------------------------
