@@ -8,7 +8,8 @@ pygls 2.1.1 falls short of JSON-RPC in three places, and this module replaces th
   pygls/io_.py `run_async` logs it and shows a message, and the request never gets its reply.
   `GuardedProtocol.receive` answers -32602 (invalid params) or -32600 (invalid request) with the
   request's id. Its converter also refuses the coercions cattrs makes silently (`uri: 5` became
-  "5", `line: "3"` became 3).
+  "5", `line: "3"` became 3). Requests without "jsonrpc" (AttributeError in `handle_message`),
+  with a non-string method, or after `shutdown` (dropped by `handle_message`) are answered too.
 - `run_async` reads a body of exactly the header's Content-Length, then expects the next header at
   the start of a line: after a wrong length the next header is glued to the rest of a body and
   never matches, so the server is deaf until a bare CRLF arrives. `MessageFramer` finds the next
@@ -36,6 +37,7 @@ from lsprotocol import types
 from pygls.exceptions import (
     FeatureNotificationError,
     JsonRpcException,
+    JsonRpcInternalError,
     JsonRpcInvalidParams,
     JsonRpcInvalidRequest,
 )
@@ -131,9 +133,7 @@ class MessageFramer:
 
     def _skip(self, count: int, before_header: bool = False) -> None:
         """Drops the first `count` bytes; header lines before a Content-Length are no loss."""
-        if before_header and _HEADER_LINES.fullmatch(self._buffer, 0, count):
-            pass
-        else:
+        if not (before_header and _HEADER_LINES.fullmatch(self._buffer, 0, count)):
             self._skipped += count
         del self._buffer[:count]
 
@@ -170,6 +170,16 @@ class GuardedProtocol(LanguageServerProtocol):
     handler gets an error reply instead of silence."""
 
     def receive(self, data: Any) -> None:
+        try:
+            self._route(data)
+        except BrokenPipeError:
+            raise  # the client is gone: the reader stops, as in pygls
+        except Exception as error:  # pygls' reader, too, outlived a message it failed on
+            log.exception("lowerd: a message could not be handled: %s", _shown(data))
+            if (msg_id := request_id(data)) is not None:
+                self.refuse(msg_id, JsonRpcInternalError(f"Internal Error: {error}"))
+
+    def _route(self, data: Any) -> None:
         if not isinstance(data, dict):
             log.error("lowerd: dropped a message that is not a JSON object: %s", _shown(data))
         elif "method" not in data and ("result" in data or "error" in data):

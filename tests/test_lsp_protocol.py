@@ -14,7 +14,8 @@ import json
 import logging
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,8 +44,15 @@ def encode(message: dict[str, Any]) -> bytes:
 class Wire:
     """One connection to the server: sends bytes, reads its messages until a reply arrives."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, root: Path):
-        self.reader, self.writer, self.root = reader, writer, root
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        server: asyncio.subprocess.Process,
+        root: Path,
+    ):
+        self.reader, self.writer, self.server, self.root = reader, writer, server, root
+        self.uri = (root / "model.py").as_uri()  # a file the hovers ask about
         self.deadline = asyncio.get_running_loop().time() + DEADLINE
         self.replies: dict[Any, dict[str, Any]] = {}
 
@@ -75,8 +83,7 @@ class Wire:
 
     async def hover_works(self, msg_id: Any) -> None:
         """A valid hover gets a result (None: the folder has no lowerd config)."""
-        uri = (self.root / "model.py").as_uri()
-        self.request(msg_id, "textDocument/hover", _hover_params(uri))
+        self.request(msg_id, "textDocument/hover", _hover_params(self.uri))
         reply = await self.reply(msg_id)
         assert "error" not in reply and reply["result"] is None, reply
 
@@ -101,67 +108,69 @@ class Wire:
         assert "capabilities" in (await self.reply(1))["result"]
         self.notify("initialized", {})
 
-    async def shut_down(self) -> None:
+    async def exits_cleanly(self) -> None:
+        """shutdown, exit: the process ends with status 0."""
         self.request("shutdown", "shutdown")
         assert (await self.reply("shutdown"))["result"] is None
         self.notify("exit", None)
         await self.within(self.writer.drain())
+        assert await self.within(self.server.wait()) == 0
 
 
 def _hover_params(uri: Any, line: Any = 0) -> dict[str, Any]:
     return {"textDocument": {"uri": uri}, "position": {"line": line, "character": 0}}
 
 
-def _server_command() -> list[str]:
-    return [sys.executable, "-m", "lowerd", "serve"]
-
-
-@pytest_asyncio.fixture
-async def stdio(tmp_path: Path) -> AsyncIterator[tuple[Wire, asyncio.subprocess.Process]]:
-    """An initialized server on stdio; its stderr goes to tmp_path/server.log."""
-    with open(tmp_path / "server.log", "wb") as log:
+@asynccontextmanager
+async def running_server(root: Path, *arguments: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`lowerd serve` in `root` (stdio pipes unless told --tcp), its stderr in root/server.log;
+    killed if a test leaves it running."""
+    pipe = None if "--tcp" in arguments else asyncio.subprocess.PIPE
+    with open(root / "server.log", "wb") as log:
         server = await asyncio.create_subprocess_exec(
-            *_server_command(),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
+            *[sys.executable, "-m", "lowerd", "serve", *arguments],
+            stdin=pipe,
+            stdout=pipe,
             stderr=log,
-            cwd=tmp_path,
+            cwd=root,
         )
-    assert server.stdin is not None and server.stdout is not None
-    wire = Wire(server.stdout, server.stdin, tmp_path)
     try:
-        await wire.initialize()
-        yield wire, server
+        yield server
     finally:
         if server.returncode is None:
             server.kill()
         await server.wait()
 
 
-async def _exits_cleanly(wire: Wire, server: asyncio.subprocess.Process) -> None:
-    await wire.shut_down()
-    assert await wire.within(server.wait()) == 0
+@pytest_asyncio.fixture
+async def wire(tmp_path: Path) -> AsyncIterator[Wire]:
+    """An initialized server on stdio."""
+    async with running_server(tmp_path) as server:
+        assert server.stdin is not None and server.stdout is not None
+        wire = Wire(server.stdout, server.stdin, server, tmp_path)
+        await wire.initialize()
+        yield wire
+
+
+def e2e(test: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    """A test of the real server process, run on the event loop."""
+    return pytest.mark.e2e(pytest.mark.asyncio(test))
 
 
 # Invalid requests get an error reply ------------------------------------------------------------
 
 
-@pytest.mark.e2e
-@pytest.mark.asyncio
-async def test_requests_with_invalid_params_get_an_invalid_params_reply(
-    stdio: tuple[Wire, asyncio.subprocess.Process],
-) -> None:
-    wire, server = stdio
-    uri = (wire.root / "model.py").as_uri()
+@e2e
+async def test_requests_with_invalid_params_get_an_invalid_params_reply(wire: Wire) -> None:
     invalid = {
         "hover {}": ("textDocument/hover", {}),
         "hover textDocument null": (
             "textDocument/hover",
-            {**_hover_params(uri), "textDocument": None},
+            {**_hover_params(wire.uri), "textDocument": None},
         ),
         "hover uri 5": ("textDocument/hover", _hover_params(5)),
-        "hover line -1": ("textDocument/hover", _hover_params(uri, line=-1)),
-        "hover line '0'": ("textDocument/hover", _hover_params(uri, line="0")),
+        "hover line -1": ("textDocument/hover", _hover_params(wire.uri, line=-1)),
+        "hover line '0'": ("textDocument/hover", _hover_params(wire.uri, line="0")),
         "codeLens {}": ("textDocument/codeLens", {}),
         "codeLens textDocument null": ("textDocument/codeLens", {"textDocument": None}),
         "codeLens uri 5": ("textDocument/codeLens", {"textDocument": {"uri": 5}}),
@@ -179,119 +188,87 @@ async def test_requests_with_invalid_params_get_an_invalid_params_reply(
     assert await wire.error_code(99) == INVALID_PARAMS
     # ... and the server goes on answering
     await wire.hover_works(100)
-    wire.request(101, "textDocument/codeLens", {"textDocument": {"uri": uri}})
+    wire.request(101, "textDocument/codeLens", {"textDocument": {"uri": wire.uri}})
     assert (await wire.reply(101))["result"] == []
-    await _exits_cleanly(wire, server)
+    await wire.exits_cleanly()
 
 
-@pytest.mark.e2e
-@pytest.mark.asyncio
-async def test_requests_without_a_usable_method_get_an_invalid_request_reply(
-    stdio: tuple[Wire, asyncio.subprocess.Process],
-) -> None:
-    wire, server = stdio
+@e2e
+async def test_requests_without_a_usable_method_get_an_invalid_request_reply(wire: Wire) -> None:
     wire.write(frame(encode({"id": 10})))  # no method (and no result: not a response)
     wire.write(frame(encode({"id": 11, "method": 5, "params": {}})))
     wire.write(frame(json.dumps({"id": 12, "method": "shutdown"}).encode()))  # no "jsonrpc"
     assert [await wire.error_code(i) for i in (10, 11, 12)] == [INVALID_REQUEST] * 3
     await wire.hover_works(13)
-    await _exits_cleanly(wire, server)
+    await wire.exits_cleanly()
 
 
-@pytest.mark.e2e
-@pytest.mark.asyncio
-async def test_after_shutdown_requests_are_refused_and_exit_ends_the_process(
-    stdio: tuple[Wire, asyncio.subprocess.Process],
-) -> None:
-    wire, server = stdio
+@e2e
+async def test_after_shutdown_requests_are_refused_and_exit_ends_the_process(wire: Wire) -> None:
     wire.request("down", "shutdown")
     assert (await wire.reply("down"))["result"] is None
-    uri = (wire.root / "model.py").as_uri()
-    wire.request("late", "textDocument/hover", _hover_params(uri))
+    wire.request("late", "textDocument/hover", _hover_params(wire.uri))
     assert await wire.error_code("late") == INVALID_REQUEST  # LSP: InvalidRequest after shutdown
     wire.notify("exit", None)
-    assert await wire.within(server.wait()) == 0
+    assert await wire.within(wire.server.wait()) == 0
 
 
 # Framing mistakes cost one message ---------------------------------------------------------------
 
 
-@pytest.mark.e2e
-@pytest.mark.asyncio
-async def test_a_too_short_content_length_costs_only_that_message(
-    stdio: tuple[Wire, asyncio.subprocess.Process],
-) -> None:
-    wire, server = stdio
-    uri = (wire.root / "model.py").as_uri()
-    body = encode({"id": 20, "method": "textDocument/hover", "params": _hover_params(uri)})
+@e2e
+async def test_a_too_short_content_length_costs_only_that_message(wire: Wire) -> None:
+    body = encode({"id": 20, "method": "textDocument/hover", "params": _hover_params(wire.uri)})
     wire.write(frame(body, length=10))
     await wire.hover_works(21)  # pygls: glued to the rest of the body, never read
     await wire.hover_works(22)
-    await _exits_cleanly(wire, server)
+    await wire.exits_cleanly()
 
 
-@pytest.mark.e2e
-@pytest.mark.asyncio
-async def test_a_too_long_content_length_is_refused_and_the_next_message_read(
-    stdio: tuple[Wire, asyncio.subprocess.Process],
-) -> None:
-    wire, server = stdio
-    uri = (wire.root / "model.py").as_uri()
-    body = encode({"id": 30, "method": "textDocument/hover", "params": _hover_params(uri)})
+@e2e
+async def test_a_too_long_content_length_is_refused_and_the_next_message_read(wire: Wire) -> None:
+    body = encode({"id": 30, "method": "textDocument/hover", "params": _hover_params(wire.uri)})
     wire.write(frame(body, length=len(body) + 40))  # swallows the start of the next message
     await wire.hover_works(31)
     assert await wire.error_code(30) == INVALID_REQUEST
     await wire.hover_works(32)
-    await _exits_cleanly(wire, server)
+    await wire.exits_cleanly()
 
 
-@pytest.mark.e2e
-@pytest.mark.asyncio
-async def test_a_one_tib_content_length_is_skipped_with_a_log_line(
-    stdio: tuple[Wire, asyncio.subprocess.Process],
-) -> None:
-    wire, server = stdio
+@e2e
+async def test_a_one_tib_content_length_is_skipped_with_a_log_line(wire: Wire) -> None:
     wire.write(b"Content-Length: %d\r\n\r\n{}" % ONE_TIB)  # pygls: MemoryError, the server dies
     await wire.hover_works(40)
-    await _exits_cleanly(wire, server)
+    await wire.exits_cleanly()
     log = (wire.root / "server.log").read_text()
     assert f"Content-Length is {ONE_TIB} bytes, over the" in log
 
 
-@pytest.mark.e2e
-@pytest.mark.asyncio
+@e2e
 async def test_tcp_transport_reads_with_the_same_guard(tmp_path: Path) -> None:
     """`lowerd serve --tcp` shares the reader: framing mistakes there cost one message too."""
     with socket.socket() as probe:  # a free port
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with open(tmp_path / "server.log", "wb") as log:
-        server = await asyncio.create_subprocess_exec(
-            *_server_command(), "--tcp", f"127.0.0.1:{port}", stderr=log, cwd=tmp_path
-        )
-    try:
-        wire = await _connect(port, tmp_path)
+    async with running_server(tmp_path, "--tcp", f"127.0.0.1:{port}") as server:
+        wire = await _connect(port, server, tmp_path)
         await wire.initialize()
         wire.write(frame(encode({"id": 50, "method": "textDocument/hover", "params": {}}), 10))
         wire.write(b"Content-Length: %d\r\n\r\n" % ONE_TIB)
         await wire.hover_works(51)
         wire.request(52, "textDocument/codeLens", {"textDocument": None})
         assert await wire.error_code(52) == INVALID_PARAMS
-        await _exits_cleanly(wire, server)
-    finally:
-        if server.returncode is None:
-            server.kill()
-        await server.wait()
+        await wire.exits_cleanly()
 
 
-async def _connect(port: int, root: Path) -> Wire:
+async def _connect(port: int, server: asyncio.subprocess.Process, root: Path) -> Wire:
     """Connects once the server listens (polled: it says nothing when it is ready)."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + DEADLINE
     while True:
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            return Wire(reader, writer, root)
+            return Wire(reader, writer, server, root)
         except ConnectionRefusedError:
             assert loop.time() < give_up, f"the server did not listen within {DEADLINE:.0f} s"
             await asyncio.sleep(0.05)
