@@ -32,6 +32,7 @@ import msgpack
 
 from lowerd.daemon.frames import write_frame
 from lowerd.daemon.kill import kill_worker
+from lowerd.daemon.libraries import imported_libraries
 
 MAX_MESSAGE = 64 * 1024
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -127,8 +128,46 @@ def _serve(channel: socket.socket) -> None:
             pid = _fork_worker(channel, request, fds[0])
             running[pid] = request["id"]
             _send(channel, {"op": "started", "id": request["id"], "pid": pid})
+        elif request.get("op") == "preload":
+            _send(channel, {"op": "preloaded", **_import_libraries(request.get("modules", []))})
         for fd in fds:
             os.close(fd)
+
+
+def _import_libraries(names: list[str]) -> dict[str, Any]:
+    """Import installed libraries a build used, so that the next forks start with them.
+
+    As in the warm-up, on one thread: a parallel op run by an import would start OpenMP's pool,
+    and forks of this process would hang. A library that starts a thread of its own while
+    imported makes forking unsafe: reported as `tainted`, and the daemon starts a fresh server.
+    """
+    import importlib
+
+    import torch
+
+    threads_before = _thread_count()
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    imported = 0
+    try:
+        for name in names:
+            try:
+                importlib.import_module(name)
+                imported += 1
+            except BaseException:  # a library that cannot be imported here stays cold
+                continue
+    finally:
+        torch.set_num_threads(torch_threads)
+    gc.collect()
+    gc.freeze()  # as after the warm-up: the workers never scan what the server holds
+    return {"imported": imported, "tainted": _thread_count() > threads_before}
+
+
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
 
 
 def _reap(channel: socket.socket, running: dict[int, int]) -> None:
@@ -222,7 +261,11 @@ def _build(request: dict[str, Any], events: Any) -> None:
     os.chdir(config.root)  # entries open files relative to their project, as scripts do
     sys.argv = [str(config.path)]
     reuse = request.get("use_cache", True)  # --no-cache skips the kept-.pte shortcut too
+    modules_before = set(sys.modules)
     result = build_target(config, target, store, progress, reuse=reuse, on_partitioned=partitioned)
+    if request.get("warm_libraries") and config.warm_libraries:  # for the server's next forks
+        libraries = imported_libraries(modules_before, config.root)
+        write_frame(events, {"type": "libraries", "modules": libraries})
     # Before the result, so the daemon has it when the build ends: it decides whether a later
     # build of this target fits in the memory that is free while others run.
     write_frame(events, {"type": "peak_rss", "bytes": _peak_rss()})

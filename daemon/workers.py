@@ -26,10 +26,13 @@ import msgpack
 from lowerd.daemon.entry_site import failed_at_entry
 from lowerd.daemon.frames import FrameError, read_frame_async
 from lowerd.daemon.kill import kill_worker
+from lowerd.daemon.libraries import environment_stamp
 from lowerd.daemon.tasks import spawn
 from lowerd.lowering.batch import failed_result
 
 EventCallback = Callable[[dict[str, Any]], None]
+# Room for a preload message's module names: the fork server reads 64 KiB messages.
+PRELOAD_MESSAGE_BYTES = 32 * 1024
 # How long a worker's exit status may trail the end of its event pipe.
 EXIT_STATUS_GRACE = 5.0
 # How long a fork server that is serving may take to leave once its channel closes.
@@ -71,6 +74,8 @@ class WorkerPool:
         self._server: _ForkServer | None = None
         self._starting: asyncio.Lock | None = None
         self._closed = False
+        # Libraries whose import started a thread in the fork server: never preloaded again.
+        self._cold: set[str] = set()
 
     async def start(self) -> None:
         try:
@@ -97,8 +102,9 @@ class WorkerPool:
             self._starting = asyncio.Lock()
             self._slots = asyncio.Semaphore(self.max_workers)
         async with self._starting:
-            if self._server is None or not self._server.alive:
+            if self._server is None or not self._server.usable:
                 if self._server is not None:
+                    self._cold.update(self._server.tainted_by)
                     await self._server.close()
                 if self._closed:
                     raise ConnectionError("the worker pool is closed")
@@ -128,13 +134,20 @@ class WorkerPool:
             finally:
                 os.close(write_end)
             events, pipe = await _open_reader(read_end)
+
+            def on_worker_event(event: dict[str, Any]) -> None:
+                if event.get("type") == "libraries":
+                    server.preload([m for m in event.get("modules", []) if m not in self._cold])
+                else:
+                    on_event(event)
+
             try:
                 handle.pid = (await started)["pid"]
                 if handle.ended_by:  # cancelled while the fork was on its way
                     self._kill(handle)
                 timer = self._arm_timeout(handle)
                 try:
-                    result = await _read_events(events, on_event)
+                    result = await _read_events(events, on_worker_event)
                 finally:
                     if timer:
                         timer.cancel()
@@ -176,6 +189,11 @@ class _ForkServer:
         self.warm = False  # it said "ready": from then on it reads its channel
         self._waiting: dict[tuple[str, int], asyncio.Future] = {}
         self._exits: dict[int, int] = {}
+        # daemon/libraries.py: what it was asked to import, and what the environment was then.
+        self.environment = environment_stamp()
+        self.preloaded: set[str] = set()
+        self.tainted_by: tuple[str, ...] = ()  # a preload that started a thread: forks unsafe
+        self._last_preload: tuple[str, ...] = ()
         self._ready = self._expect("ready", 0)
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
@@ -212,6 +230,24 @@ class _ForkServer:
     def alive(self) -> bool:
         return not self.closed and self.process.poll() is None
 
+    @property
+    def usable(self) -> bool:
+        """Alive, safe to fork, and warm with libraries that are still the installed ones."""
+        return self.alive and not self.tainted_by and self.environment == environment_stamp()
+
+    def preload(self, modules: list[str]) -> None:
+        """Have it import these installed libraries between builds (daemon/libraries.py)."""
+        new = [m for m in modules if m not in self.preloaded]
+        if not new or not self.warm or self.closed:
+            return
+        self.preloaded.update(new)
+        self._last_preload = tuple(new)
+        for chunk in _chunks(new, PRELOAD_MESSAGE_BYTES):
+            try:
+                self.channel.send(msgpack.packb({"op": "preload", "modules": chunk}))
+            except OSError:  # its queue is full or it is gone: those stay cold, nothing breaks
+                return
+
     def fork(self, handle: BuildHandle, write_end: int) -> asyncio.Future:
         request = handle.request
         message = {
@@ -222,6 +258,7 @@ class _ForkServer:
             "memory_limit": request.memory_limit,
             "use_cache": request.use_cache,
             "backends": list(request.backends) if request.backends else None,
+            "warm_libraries": True,
         }
         started = self._expect("started", handle.build_id)
         socket.send_fds(self.channel, [msgpack.packb(message, use_bin_type=True)], [write_end])
@@ -270,6 +307,8 @@ class _ForkServer:
                     self.warm = True
                 if message["op"] == "exited":
                     self._exits[message["id"]] = message["status"]
+                if message["op"] == "preloaded" and message.get("tainted"):
+                    self.tainted_by = self._last_preload
                 waiting = self._waiting.pop((message["op"], message.get("id", 0)), None)
                 if waiting and not waiting.done():
                     waiting.set_result(message)
@@ -281,6 +320,19 @@ class _ForkServer:
                 if not waiting.done():
                     waiting.set_exception(ConnectionError("the fork server exited"))
             self._waiting.clear()
+
+
+def _chunks(names: list[str], max_bytes: int) -> list[list[str]]:
+    """Names in lists whose messages fit the fork server's receive size."""
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for name in names:
+        if chunks[-1] and size + len(name) + 8 > max_bytes:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(name)
+        size += len(name) + 8
+    return chunks
 
 
 async def _open_reader(read_end: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:

@@ -35,6 +35,7 @@ PROJECT_KEYS = (
     "cache_max_size",
     "timeout",
     "daemon",
+    "warm_libraries",
     "targets",
 )
 TARGET_KEYS = ("entry", "backends")
@@ -85,6 +86,8 @@ class ProjectConfig:
     timeout: float | None
     # `lowerd build` starts the project's daemon when none runs (as `--daemon` does).
     daemon: bool
+    # The daemon's fork server keeps the installed libraries a build imported (daemon/libraries.py).
+    warm_libraries: bool
     targets: dict[str, TargetConfig]
     # sha256 of the [tool.lowerd] table, canonically serialized: changes iff the config does.
     digest: str
@@ -231,6 +234,7 @@ class _Reader:
             cache_max_size=self.size(table.get("cache_max_size")),
             timeout=self.timeout(table.get("timeout")),
             daemon=self.flag(table, "daemon"),
+            warm_libraries=self.flag(table, "warm_libraries", default=True),
             targets=self.targets(table.get("targets"), backends),
             digest=_digest(table),
         )
@@ -363,8 +367,8 @@ class _Reader:
             )
         return float(value)
 
-    def flag(self, table: dict[str, Any], name: str) -> bool:
-        value = table.get(name, False)
+    def flag(self, table: dict[str, Any], name: str, default: bool = False) -> bool:
+        value = table.get(name, default)
         if not isinstance(value, bool):
             raise self.error(
                 f"{name} must be true or false, got {_describe(value)}", (*LOWERD, name)

@@ -56,6 +56,7 @@ def test_minimal_config_takes_defaults(tmp_path: Path) -> None:
     assert config.cache_max_size is None
     assert config.timeout is None
     assert config.daemon is False
+    assert config.warm_libraries is True
     assert config.targets == {
         "vit": TargetConfig(
             name="vit", entry="models/vit.py:make", backends=("xnnpack",), line=4, entry_line=5
@@ -76,6 +77,7 @@ def test_full_config_with_overrides(tmp_path: Path) -> None:
         cache_max_size = "5G"
         timeout = 600
         daemon = true
+        warm_libraries = false
 
         [tool.lowerd.targets.vit]
         entry = "models/vit.py:make"
@@ -92,11 +94,12 @@ def test_full_config_with_overrides(tmp_path: Path) -> None:
     assert config.cache_max_size == "5G"
     assert config.timeout == 600.0 and isinstance(config.timeout, float)
     assert config.daemon is True
+    assert config.warm_libraries is False
     assert list(config.targets) == ["vit", "mlp"]
 
     vit, mlp = config.targets["vit"], config.targets["mlp"]
-    assert (vit.backends, vit.line) == (("xnnpack", "coreml"), 9)
-    assert (mlp.backends, mlp.line) == (("vulkan", "xnnpack"), 13)
+    assert (vit.backends, vit.line) == (("xnnpack", "coreml"), 10)
+    assert (mlp.backends, mlp.line) == (("vulkan", "xnnpack"), 14)
     assert config.output_path("mlp") == tmp_path / "out" / "pte" / "mlp.pte"
 
 
@@ -357,7 +360,7 @@ def test_no_lowerd_table(tmp_path: Path) -> None:
                 "unknown key 'outdir' in [tool.lowerd]",
                 "unknown key 'outdir' in [tool.lowerd] (did you mean 'out_dir'?); allowed keys",
                 "allowed keys: backends, out_dir, cache_dir, cache_max_size, timeout, daemon, "
-                "targets",
+                "warm_libraries, targets",
             ],
             id="unknown-project-key",
         ),

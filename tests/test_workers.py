@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from lowerd.daemon.libraries import library_roots
 from lowerd.daemon.workers import BuildRequest, WorkerPool
 
 from stock import PROJECTS, sha256, stock_pte
@@ -162,3 +164,30 @@ raise SystemExit(0 if status == 0 else 1)
 def test_a_fork_of_the_warm_server_runs_parallel_ops() -> None:
     done = subprocess.run([sys.executable, "-c", _PARALLEL_AFTER_FORK], timeout=300, check=False)
     assert done.returncode == 0
+
+
+# Installed libraries a build imported stay warm in the fork server until the environment changes.
+
+
+async def test_a_library_a_build_imported_is_warm_for_the_next_until_packages_change(
+    pool: WorkerPool, tmp_path: Path
+) -> None:
+    root = tmp_path / "libraries"
+    shutil.copytree(PROJECTS / "libraries", root)
+    log = root / "build" / "warm.log"
+    site_packages = library_roots()[0]
+    expected = sha256(stock_pte(root, "models/net.py:make", ["xnnpack"]))
+    log.unlink()  # the stock run above wrote a line too
+
+    first, _ = await build(pool, root, "net")
+    second, _ = await build(pool, root, "net")
+    moved = site_packages.stat()
+    try:  # as an install would: site-packages' mtime moves
+        os.utime(site_packages, ns=(moved.st_atime_ns, moved.st_mtime_ns + 1))
+        third, _ = await build(pool, root, "net")
+    finally:
+        os.utime(site_packages, ns=(moved.st_atime_ns, moved.st_mtime_ns))
+
+    assert log.read_text().split() == ["False", "True", "False"]
+    for result in (first, second, third):
+        assert result["status"] == "ok" and result["sha256"] == expected, result
