@@ -277,7 +277,7 @@ def _out_of_memory(result: dict[str, Any], request: dict[str, Any]) -> dict[str,
     to allocate: report it like a worker ended for its memory, at the entry."""
     error = result.get("error") or {}
     limit = request.get("memory_limit")
-    if not limit or "MemoryError" not in error.get("message", ""):
+    if not limit or not error or not _hit_memory_limit(error.get("message", ""), limit):
         return result
     where = f" (at {error['file']}:{error['line']})" if error.get("file") else ""
     message = (
@@ -288,6 +288,37 @@ def _out_of_memory(result: dict[str, Any], request: dict[str, Any]) -> dict[str,
         **result,
         "error": {"kind": "worker-crash", "message": message, "file": None, "line": None},
     }
+
+
+# How an allocation's failure reads in Python, torch's allocator and C++.
+_ALLOCATION_FAILURES = (
+    "MemoryError",
+    "can't allocate memory",
+    "Cannot allocate memory",
+    "bad_alloc",
+)
+# A failed request for more address space leaves the peak below the limit by at most its size.
+_ALLOCATION_SLACK = 256 * 2**20
+
+
+def _hit_memory_limit(message: str, limit: int) -> bool:
+    """Whether a failed build failed for its memory limit. C code whose allocation fails may not
+    say so (`SystemError: error return without exception set`), so a worker whose address space
+    reached the limit failed for it, whatever its message."""
+    if any(words in message for words in _ALLOCATION_FAILURES):
+        return True
+    return _peak_address_space() + _ALLOCATION_SLACK >= limit
+
+
+def _peak_address_space() -> int:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _peak_rss() -> int:
