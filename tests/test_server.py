@@ -1,17 +1,19 @@
 """`lowerd serve` end to end: a real pytest-lsp client drives the real server over stdio, on a
 copy of tests/projects/editor, with real builds in the real worker pool.
 
-One server serves the whole module (its fork server's warm-up costs seconds): each test leaves
-the project as it found it and waits until the server shows the restored state. Tests wait for
-events (diagnostics, the server's lowerd/buildStarted and lowerd/buildFinished notifications)
-with a deadline that only guards against a hang; nothing measures time.
+One server serves the whole module (its fork server's warm-up costs seconds). Before each test
+the `editor` fixture puts the project back as it was (files, settings), has every target built
+(an unchanged one is answered from its build record) and waits until the server shows the
+project's known state; a test that finds anything else fails at that point, it is not skipped.
+Edits are written atomically (a build never reads a half-written file). Tests wait for events
+(diagnostics, the server's lowerd/buildStarted and lowerd/buildFinished notifications) with one
+deadline, helpers.DEADLINE, that only guards against a hang; nothing measures time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shutil
 import socket
 import sys
@@ -27,12 +29,15 @@ from pygls.protocol import default_converter
 from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+from helpers import DEADLINE, PROJECTS, async_wait_until, line_marks, write_text_atomic
 
-PROJECT = Path(__file__).parent / "projects" / "editor"
-DEADLINE_SECONDS = 120  # a guard against a hung server, never a measurement
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.e2e]
+
+PROJECT = PROJECTS / "editor"
+TARGETS = ["net", "refused"]
 BUILD_STARTED, BUILD_FINISHED = "lowerd/buildStarted", "lowerd/buildFinished"
-_LINE_MARK = re.compile(r"LINE-MARK: (\S+)\s*$")
+# The editor's settings at start; a test that changes one, changes it back.
+SETTINGS = {"notDelegatedSeverity": "warning", "workerTimeout": None, "workerMemoryLimit": None}
 
 
 # The editor: a client that records what the server sends, in order --------------------------
@@ -55,13 +60,9 @@ class Editor:
 
     def line(self, mark: str) -> tuple[str, int]:
         """(file relative to the root, 1-based line) of a LINE-MARK."""
-        for path in sorted(self.root.rglob("*")):
-            if path.suffix in (".py", ".toml") and "build" not in path.parts:
-                for number, text in enumerate(path.read_text().splitlines(), start=1):
-                    match = _LINE_MARK.search(text)
-                    if match and match[1] == mark:
-                        return path.relative_to(self.root).as_posix(), number
-        raise AssertionError(f"no LINE-MARK {mark}")
+        marks = line_marks(self.root)
+        assert mark in marks, f"no LINE-MARK {mark}"
+        return marks[mark]
 
     def diagnostics(self, relative: str) -> list[types.Diagnostic]:
         return list(self.client.diagnostics.get(self.uri(relative), []))
@@ -88,7 +89,8 @@ class Editor:
         )
 
     def save(self, relative: str, text: str) -> None:
-        """What an editor does on save: the buffer changes, the file is written, didSave."""
+        """What an editor does on save: the buffer changes, the file is written (in one step,
+        as editors do), didSave."""
         uri = self.uri(relative)
         if relative in self.versions:
             self.versions[relative] += 1
@@ -100,7 +102,7 @@ class Editor:
                     content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
                 )
             )
-        self.path(relative).write_text(text)
+        write_text_atomic(self.path(relative), text)
         self.client.text_document_did_save(
             types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(uri=uri))
         )
@@ -128,7 +130,7 @@ class Editor:
     async def until(self, what: str, condition: Callable[[], Any]) -> Any:
         """Polls the recorded state until the condition holds; fails after the deadline."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + DEADLINE_SECONDS
+        deadline = loop.time() + DEADLINE
         while not (value := condition()):
             if loop.time() > deadline or self.client._server.returncode is not None:
                 pytest.fail(f"never: {what}\nevents: {self.events[-20:]}")
@@ -139,6 +141,53 @@ class Editor:
         """The first current build result of the target after event `since`."""
         found = await self.until(f"{target} built", lambda: self.finished(target, since))
         return found[0]
+
+    async def reset(self) -> None:
+        """The project, the settings and what the server shows, as they were at start.
+
+        Files a test changed are saved back; then every target is built, which cancels a build
+        still running and answers an unchanged target from its record, and the server's state
+        is awaited: each target's current result ok, the known diagnostics, no open progress.
+        """
+        set_settings(self, SETTINGS)
+        for source in sorted(PROJECT.rglob("*")):
+            if source.is_file() and not {"build", "__pycache__"} & set(source.parts):
+                relative = source.relative_to(PROJECT).as_posix()
+                if self.path(relative).read_text() != source.read_text():
+                    self.save(relative, source.read_text())
+        since = len(self.events)
+        built = await asyncio.wait_for(
+            self.client.workspace_execute_command_async(
+                types.ExecuteCommandParams(command="lowerd.buildAll")
+            ),
+            DEADLINE,
+        )
+        statuses = {t.get("name"): t.get("status") for t in built.get("targets", [])}
+        assert statuses == dict.fromkeys(TARGETS, "ok"), f"the restored project: {built}"
+        for target in TARGETS:
+            await self.built(target, since)
+        await self.until("the restored project's diagnostics", self.shows_the_known_state)
+        await self.until("every progress ended", self.progress_ended)
+
+    def shows_the_known_state(self) -> bool:
+        net = {d.code for d in self.diagnostics("models/net.py")}
+        refused = {
+            (d.range.start.line, d.severity)
+            for d in self.diagnostics("models/refused.py")
+            if d.code == "not-delegated"
+        }
+        warned = {
+            (self.line(mark)[1] - 1, types.DiagnosticSeverity.Warning)
+            for mark in ("refused.pow", "refused.cumsum")
+        }
+        return net == {"coverage"} and refused == warned and not self.diagnostics("pyproject.toml")
+
+    def progress_ended(self) -> bool:
+        return all(
+            isinstance(values[-1], types.WorkDoneProgressEnd)
+            for values in self.client.progress_reports.values()
+            if values
+        )
 
 
 def make_client(events: list[tuple[Any, ...]]) -> LanguageClient:
@@ -181,7 +230,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def editor(project: Path, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Editor]:
+async def lsp(project: Path, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Editor]:
+    """The module's one server, with its first build of every target done."""
     events: list[tuple[Any, ...]] = []
     client = make_client(events)
     env = dict(os.environ, LOWERD_CACHE_DIR=str(tmp_path_factory.mktemp("cache")))
@@ -195,11 +245,18 @@ async def editor(project: Path, tmp_path_factory: pytest.TempPathFactory) -> Asy
         )
     )
     editor = Editor(client, project, events)
-    await editor.built("net", 0)
-    await editor.built("refused", 0)
+    for target in TARGETS:
+        await editor.built(target, 0)
     yield editor
     await client.shutdown_session()
     await client.stop()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def editor(lsp: Editor) -> Editor:
+    """The module's server, reset to the project's known state before the test."""
+    await lsp.reset()
+    return lsp
 
 
 # What the editor shows ----------------------------------------------------------------------
@@ -231,15 +288,16 @@ async def test_coverage_is_shown_before_the_build_finishes(editor: Editor) -> No
     """Diagnostics-first: the partitioned report is published before preprocess and emission
     end, so the first coverage for net.py precedes the end of net's first build."""
     uri = editor.uri("models/net.py")
-    first_coverage = next(
+    coverage = [
         i
         for i, e in enumerate(editor.events)
         if e[0] == "diagnostics" and e[1] == uri and any(d.code == "coverage" for d in e[2])
-    )
-    first_finished = next(
+    ]
+    finished = [
         i for i, e in enumerate(editor.events) if e[0] == "finished" and e[1]["target"] == "net"
-    )
-    assert first_coverage < first_finished
+    ]
+    assert coverage and finished, editor.events[:20]
+    assert coverage[0] < finished[0]
 
 
 async def test_progress_reports_build_stages(editor: Editor) -> None:
@@ -280,7 +338,8 @@ async def test_code_lens_and_hover(editor: Editor) -> None:
         return found.contents.value if found else None
 
     linear = await hover("refused.linear")
-    assert linear and "`aten.linear.default`: XNNPACK partition 1 of 2, cache miss" in linear
+    # A miss in the first build; a hit if a test before had it rebuilt.
+    assert linear and "`aten.linear.default`: XNNPACK partition 1 of 2, cache " in linear
     refused = await hover("refused.pow")
     assert refused and "`aten.pow.Tensor_Scalar`: **not delegated**: only support power" in refused
     assert await hover("refused.module") is None
@@ -450,14 +509,14 @@ async def test_a_change_on_disk_rebuilds_the_targets_that_read_the_file(editor: 
     path = editor.path("models/refused.py")
     original = path.read_text()
     since = len(editor.events)
-    path.write_text(original.replace("x = x**3", "x = x**2"))
+    write_text_atomic(path, original.replace("x = x**3", "x = x**2"))
     try:
         await editor.built("refused", since)
         await editor.until("pow delegated", lambda: not editor.at("refused.pow"))
         assert not editor.started("net", since) and not editor.finished("net", since)
     finally:
         since = len(editor.events)
-        path.write_text(original)
+        write_text_atomic(path, original)
     await editor.built("refused", since)
     await editor.until("pow refused again", lambda: editor.at("refused.pow", "not-delegated"))
 
@@ -489,7 +548,7 @@ async def test_a_config_error_shows_at_its_line_until_fixed(editor: Editor) -> N
 async def test_tcp_transport_and_a_config_error_at_start(tmp_path: Path) -> None:
     """`lowerd serve --tcp`: a workspace whose [tool.lowerd] is broken gets the error at its
     line, and the server waits for a fix instead of exiting."""
-    (tmp_path / "pyproject.toml").write_text('[tool.lowerd]\nbackends = ["xnnpak"]\n')
+    write_text_atomic(tmp_path / "pyproject.toml", '[tool.lowerd]\nbackends = ["xnnpak"]\n')
     with socket.socket() as probe:  # a free port
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -505,17 +564,13 @@ async def test_tcp_transport_and_a_config_error_at_start(tmp_path: Path) -> None
             )
         )
         uri = (tmp_path / "pyproject.toml").as_uri()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + DEADLINE_SECONDS
-        while not client.diagnostics.get(uri):
-            assert loop.time() < deadline, "no config error"
-            await asyncio.sleep(0.05)
+        await async_wait_until(lambda: client.diagnostics.get(uri), what="the config error")
         [error] = client.diagnostics[uri]
         assert (error.code, error.range.start.line, error.source) == ("config-error", 1, "lowerd")
         assert "xnnpak" in error.message
         await client.shutdown_async(None)
         client.exit(None)
-        assert await asyncio.wait_for(server.wait(), DEADLINE_SECONDS) == 0
+        assert await asyncio.wait_for(server.wait(), DEADLINE) == 0
     finally:
         if server.returncode is None:
             server.kill()
@@ -525,7 +580,7 @@ async def test_tcp_transport_and_a_config_error_at_start(tmp_path: Path) -> None
 
 async def _connect(client: LanguageClient, port: int) -> None:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_SECONDS
+    deadline = loop.time() + DEADLINE
     while True:
         try:
             await client.start_tcp("127.0.0.1", port)
