@@ -1,13 +1,18 @@
-"""Fixtures shared by the in-process tests."""
+"""Fixtures shared by the test modules."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from lowerd.daemon.runtime import process_alive
 
 from helpers import PROJECTS
 from stock import forget_project_modules
@@ -22,3 +27,20 @@ def project(tmp_path: Path) -> Iterator[Path]:
     yield root
     sys.path[:] = saved_path
     forget_project_modules(root)
+
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """$XDG_RUNTIME_DIR for every process of the module, this one included: its daemons' sockets
+    and status files stay private to it. Daemons left running by a failed test are killed at
+    the end."""
+    folder = tmp_path_factory.mktemp("run")
+    folder.chmod(0o700)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("XDG_RUNTIME_DIR", str(folder))
+        env.delenv("LOWERD_LOG_LEVEL", raising=False)
+        yield folder
+    for status_file in (folder / "lowerd").glob("*.json"):
+        pid = json.loads(status_file.read_text())["pid"]
+        if process_alive(pid):
+            os.kill(pid, signal.SIGKILL)

@@ -16,11 +16,15 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+
+from lowerd.daemon.runtime import DaemonPaths, DaemonStatus, read_status
+from lowerd.daemon.workers import BuildRequest
+from lowerd.lowering.batch import failed_result
 
 T = TypeVar("T")
 
@@ -178,6 +182,11 @@ def copy_project(source: Path, destination: Path) -> Path:
     return destination
 
 
+def daemon_of(root: Path) -> DaemonStatus | None:
+    """The status of the daemon serving the project, if one does."""
+    return read_status(DaemonPaths.for_root(root))
+
+
 def shas(document: dict[str, Any]) -> dict[str, str]:
     return {target["name"]: target["sha256"] for target in document["targets"]}
 
@@ -188,3 +197,72 @@ def without_timing(value: Any) -> Any:
     if isinstance(value, list):
         return [without_timing(v) for v in value]
     return value
+
+
+# A worker pool for unit tests of what drives one (the Scheduler, the BuildService) ------------
+
+
+@dataclass
+class FakeBuild:
+    """A submitted build that ends when the test says: finish(), or cancel() as the pool would."""
+
+    build_id: int
+    request: BuildRequest
+    on_event: Callable[[dict[str, Any]], None]
+    future: asyncio.Future
+    pid: int = 4242
+    cancelled: bool = False
+
+    @property
+    def target(self) -> str:
+        return self.request.target
+
+    async def result(self) -> dict[str, Any]:
+        return await asyncio.shield(self.future)
+
+    def cancel(self) -> None:
+        """What the real pool does: the worker is killed and the result says so."""
+        self.cancelled = True
+        if not self.future.done():
+            self.future.set_result(failed_result(self.target, "cancelled", "cancelled"))
+
+    def finish(self, result: dict[str, Any] | None = None, peak_rss: int | None = None) -> None:
+        if peak_rss is not None:
+            self.on_event({"type": "peak_rss", "bytes": peak_rss})
+        self.future.set_result(result or ok_result(self.target))
+
+
+@dataclass
+class FakePool:
+    builds: list[FakeBuild] = field(default_factory=list)
+    # target -> the targets whose builds ran when it was submitted
+    alongside: dict[str, list[str]] = field(default_factory=dict)
+
+    def submit(self, request: BuildRequest, on_event: Callable[[dict[str, Any]], None]) -> Any:
+        self.alongside[request.target] = self.running()
+        future = asyncio.get_running_loop().create_future()
+        build = FakeBuild(len(self.builds) + 1, request, on_event, future)
+        self.builds.append(build)
+        return build
+
+    def submitted(self) -> list[str]:
+        """The targets of every build submitted, in order."""
+        return [b.target for b in self.builds]
+
+    def running(self) -> list[str]:
+        return [b.target for b in self.builds if not b.future.done()]
+
+    def build_of(self, target: str) -> FakeBuild:
+        """The target's running build."""
+        [build] = [b for b in self.builds if b.target == target and not b.future.done()]
+        return build
+
+
+def ok_result(target: str) -> dict[str, Any]:
+    return {
+        "name": target,
+        "status": "ok",
+        "error": None,
+        "reused": None,
+        "cache": {"hits": 0, "misses": 0},
+    }

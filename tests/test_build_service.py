@@ -5,67 +5,18 @@ never imported; tests/test_daemon_rpc.py runs the real thing."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from lowerd.daemon import build_service
 from lowerd.daemon.build_service import BuildService
-from lowerd.daemon.workers import BuildRequest
 
-from helpers import async_wait_until
+from helpers import FakePool, async_wait_until
 
 pytestmark = pytest.mark.asyncio
 
 GIB = 2**30
-
-
-@dataclass
-class FakeBuild:
-    build_id: int
-    request: BuildRequest
-    on_event: Any
-    future: asyncio.Future
-    pid: int = 4242
-    cancelled: bool = False
-
-    async def result(self) -> dict[str, Any]:
-        return await asyncio.shield(self.future)
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        self.future.set_result(_result(self.request.target, "error"))
-
-    def finish(self, peak_rss: int = GIB) -> None:
-        self.on_event({"type": "peak_rss", "bytes": peak_rss})
-        self.future.set_result(_result(self.request.target, "ok"))
-
-
-@dataclass
-class FakePool:
-    builds: list[FakeBuild] = field(default_factory=list)
-    # target -> the targets running when it was submitted
-    alongside: dict[str, list[str]] = field(default_factory=dict)
-
-    def submit(self, request: BuildRequest, on_event: Any) -> FakeBuild:
-        self.alongside[request.target] = self.running()
-        build = FakeBuild(len(self.builds) + 1, request, on_event, asyncio.Future())
-        self.builds.append(build)
-        on_event({"type": "progress", "stage": "load", "detail": None})
-        return build
-
-    def running(self) -> list[str]:
-        return [b.request.target for b in self.builds if not b.future.done()]
-
-    def build_of(self, target: str) -> FakeBuild:
-        [build] = [b for b in self.builds if b.request.target == target and not b.future.done()]
-        return build
-
-
-def _result(target: str, status: str) -> dict[str, Any]:
-    return {"name": target, "status": status, "cache": {"hits": 0, "misses": 0}}
 
 
 async def running(pool: FakePool, *targets: str) -> None:
@@ -91,6 +42,7 @@ async def test_jobs_bounds_the_builds_at_once(project: Path) -> None:
     pool.build_of("refused").finish()
     await running(pool, "tiny_linear", "pkg")
     assert pool.alongside["pkg"] == ["tiny_linear"]  # it waited for a free job
+    pool.build_of("pkg").on_event({"type": "progress", "stage": "load", "detail": None})
     pool.build_of("tiny_linear").finish()
     pool.build_of("pkg").finish()
     document, exit_code = await batch
@@ -112,7 +64,7 @@ async def test_a_build_waits_until_its_last_peak_fits_in_memory(
     pool.build_of("tiny_linear").finish(peak_rss=GIB)
     await running(pool, "refused")
     assert pool.alongside["refused"] == []  # 6 GiB would not fit next to it; alone, it starts
-    pool.build_of("refused").finish()
+    pool.build_of("refused").finish(peak_rss=GIB)
     await batch
     assert service.peak_rss == {(config, "tiny_linear"): GIB, (config, "refused"): GIB}
 

@@ -35,11 +35,9 @@ import pytest
 from lowerd.daemon.frames import encode_frame, read_frame
 from lowerd.daemon.runtime import (
     DaemonPaths,
-    DaemonStatus,
     InstanceLock,
     new_status,
     process_alive,
-    read_status,
     remove_files,
     write_status,
 )
@@ -52,6 +50,7 @@ from helpers import (
     TRACEBACK,
     Run,
     copy_project,
+    daemon_of,
     lowerd,
     lowerd_env,
     lowerd_without_torch,
@@ -68,22 +67,6 @@ UNBUILDABLE_UID = 65534  # nobody
 
 
 # Helpers ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """$XDG_RUNTIME_DIR for every process of this module, this one included; daemons left running
-    by a failed test are killed at the end."""
-    folder = tmp_path_factory.mktemp("run")
-    folder.chmod(0o700)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("XDG_RUNTIME_DIR", str(folder))
-        env.delenv("LOWERD_LOG_LEVEL", raising=False)
-        yield folder
-    for status_file in (folder / "lowerd").glob("*.json"):
-        pid = json.loads(status_file.read_text())["pid"]
-        if process_alive(pid):
-            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")
@@ -105,10 +88,6 @@ def start_client(cwd: Path, cache: Path, *args: str) -> subprocess.Popen:
 def finished(client: subprocess.Popen) -> Run:
     stdout, stderr = client.communicate(timeout=RUN_DEADLINE)
     return Run(client.args[3:], client.returncode, stdout, stderr)
-
-
-def daemon_of(root: Path) -> DaemonStatus | None:
-    return read_status(DaemonPaths.for_root(root))
 
 
 def ask(root: Path, request: dict[str, Any]) -> dict[str, Any]:

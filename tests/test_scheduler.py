@@ -19,7 +19,6 @@ import pytest_asyncio
 
 from lowerd.daemon.scheduler import Scheduler
 from lowerd.daemon.workers import BuildRequest
-from lowerd.lowering.batch import failed_result
 from lowerd.lowering.build_state import (
     FileStamp,
     TargetState,
@@ -29,60 +28,24 @@ from lowerd.lowering.build_state import (
 )
 from lowerd.lowering.config import ProjectConfig, TargetConfig, load_config
 
-from helpers import DEADLINE, PROJECTS, async_wait_until, copy_project, write_text_atomic
+from helpers import (
+    DEADLINE,
+    PROJECTS,
+    FakeBuild,
+    FakePool,
+    async_wait_until,
+    copy_project,
+    ok_result,
+    write_text_atomic,
+)
 
 pytestmark = pytest.mark.asyncio
 
 ALL = ["tiny_linear", "refused", "two_methods", "dynamic", "pkg"]
+REFUSED = "models/refused.py"  # read by the refused target alone
 
 
 # The fakes --------------------------------------------------------------------------------------
-
-
-@dataclass
-class FakeBuild:
-    build_id: int
-    request: BuildRequest
-    on_event: Any
-    future: asyncio.Future
-    cancelled: bool = False
-
-    @property
-    def target(self) -> str:
-        return self.request.target
-
-    async def result(self) -> dict[str, Any]:
-        return await asyncio.shield(self.future)
-
-    def cancel(self) -> None:
-        """What the real pool does: the worker is killed and the result says so."""
-        self.cancelled = True
-        if not self.future.done():
-            self.future.set_result(failed_result(self.target, "cancelled", "cancelled"))
-
-    def finish(self, result: dict[str, Any] | None = None) -> None:
-        self.future.set_result(result or ok(self.target))
-
-
-@dataclass
-class FakePool:
-    builds: list[FakeBuild] = field(default_factory=list)
-
-    def submit(self, request: BuildRequest, on_event: Any) -> FakeBuild:
-        loop = asyncio.get_running_loop()
-        build = FakeBuild(len(self.builds) + 1, request, on_event, loop.create_future())
-        self.builds.append(build)
-        return build
-
-    def targets(self) -> list[str]:
-        return [b.target for b in self.builds]
-
-    def running(self) -> list[FakeBuild]:
-        return [b for b in self.builds if not b.future.done()]
-
-    def running_of(self, target: str) -> FakeBuild:
-        [build] = [b for b in self.running() if b.target == target]
-        return build
 
 
 @dataclass
@@ -114,10 +77,6 @@ class Listener:
         return [(r, current) for _, b, r, current in self.finished if b == build_id]
 
 
-def ok(target: str) -> dict[str, Any]:
-    return {"name": target, "status": "ok", "error": None, "reused": None}
-
-
 @dataclass
 class Setup:
     scheduler: Scheduler
@@ -137,6 +96,10 @@ class Setup:
         write_text_atomic(path, text)
         assert self.scheduler.note_change(path)
         return self.scheduler.rebuild_for(path)
+
+    def edit(self, relative: str, comment: str) -> list[str]:
+        """Saves the file with a comment added: a change of its text, not of its program."""
+        return self.save(relative, self.path(relative).read_text() + f"\n# {comment}\n")
 
     def record(self, name: str, *sources: str) -> None:
         """What a worker leaves after a good build: the .pte and the build record."""
@@ -199,14 +162,13 @@ async def built_once(setup: Setup) -> None:
 
 async def test_a_save_builds_the_targets_that_read_the_file_and_no_other(setup: Setup) -> None:
     await built_once(setup)
-    layers = setup.path("tiny_pkg/layers.py")
-    assert setup.save("tiny_pkg/layers.py", layers.read_text() + "\n# edited\n") == ["pkg"]
+    assert setup.edit("tiny_pkg/layers.py", "edited") == ["pkg"]
     [build] = await setup.submitted(1)
     assert build.target == "pkg"
     build.finish()
     results = await setup.idle()
     assert results["pkg"]["status"] == "ok"
-    assert setup.pool.targets() == ["pkg"]
+    assert setup.pool.submitted() == ["pkg"]
 
 
 async def test_a_never_built_target_builds_on_a_save_of_any_python_file(setup: Setup) -> None:
@@ -216,7 +178,7 @@ async def test_a_never_built_target_builds_on_a_save_of_any_python_file(setup: S
     for build in await setup.submitted(len(ALL)):
         build.finish()
     await setup.idle()
-    assert sorted(setup.pool.targets()) == sorted(ALL)
+    assert sorted(setup.pool.submitted()) == sorted(ALL)
 
 
 async def test_files_outside_the_sources_build_nothing(setup: Setup) -> None:
@@ -249,27 +211,39 @@ async def test_a_change_already_seen_is_not_noted_twice(setup: Setup) -> None:
 async def test_an_up_to_date_target_is_answered_without_a_worker(setup: Setup) -> None:
     """A save that changes no byte (or reverts an edit) costs no build."""
     await built_once(setup)
-    text = setup.path("models/refused.py").read_text()
-    assert setup.save("models/refused.py", text) == ["refused"]
-    results = await setup.idle("refused")
+    assert setup.save(REFUSED, setup.path(REFUSED).read_text()) == ["refused"]
+    await async_wait_until(
+        lambda: setup.listener.finished or setup.pool.builds, what="an answer or a build"
+    )
     assert setup.pool.builds == []
-    assert results["refused"]["reused"] == "up-to-date"
     [(target, build_id, result, current)] = setup.listener.finished
     assert (target, build_id, current) == ("refused", None, True)
+    assert result["reused"] == "up-to-date"
+    assert (await setup.idle("refused"))["refused"] == result
 
 
 # A newer save and a running build ---------------------------------------------------------------
 
 
-async def test_a_save_during_a_build_cancels_it_and_builds_again(setup: Setup) -> None:
+async def refused_building(setup: Setup) -> FakeBuild:
+    """Every target built once, then a save of refused's model: its build, running."""
     await built_once(setup)
-    path = "models/refused.py"
-    original = setup.path(path).read_text()
-    setup.save(path, original + "\n# first\n")
+    setup.edit(REFUSED, "first")
     [first] = await setup.submitted(1)
-    assert setup.listener.started == [("refused", first.build_id)]
-    setup.save(path, original + "\n# second\n")
+    return first
+
+
+async def saved_again(setup: Setup) -> FakeBuild:
+    """A newer save of refused's model: the build it starts."""
+    setup.edit(REFUSED, "second")
     [_, second] = await setup.submitted(2)
+    return second
+
+
+async def test_a_save_during_a_build_cancels_it_and_builds_again(setup: Setup) -> None:
+    first = await refused_building(setup)
+    assert setup.listener.started == [("refused", first.build_id)]
+    second = await saved_again(setup)
     assert first.cancelled and not second.cancelled and second.target == "refused"
     # The cancelled build's result is told, but not as current, and is not the target's result.
     await async_wait_until(lambda: setup.listener.of_build(first.build_id), what="first ended")
@@ -285,27 +259,20 @@ async def test_a_save_during_a_build_cancels_it_and_builds_again(setup: Setup) -
 
 async def test_saves_in_one_burst_make_one_build(setup: Setup) -> None:
     await built_once(setup)
-    path = "models/refused.py"
-    original = setup.path(path).read_text()
     for n in range(3):  # no await between them: the debounce timer fires once after the burst
-        setup.save(path, original + f"\n# edit {n}\n")
+        setup.edit(REFUSED, f"edit {n}")
     [build] = await setup.submitted(1)
     build.finish()
     await setup.idle("refused")
-    assert setup.pool.targets() == ["refused"] and not build.cancelled
+    assert setup.pool.submitted() == ["refused"] and not build.cancelled
 
 
 async def test_a_result_that_comes_after_a_cancel_is_not_current(setup: Setup) -> None:
     """A worker that finished as it was being killed: its result is stale all the same."""
-    await built_once(setup)
-    path = "models/refused.py"
-    original = setup.path(path).read_text()
-    setup.save(path, original + "\n# first\n")
-    [first] = await setup.submitted(1)
+    first = await refused_building(setup)
     first.cancel = lambda: setattr(first, "cancelled", True)  # the kill lands too late
-    setup.save(path, original + "\n# second\n")
-    [_, second] = await setup.submitted(2)
-    first.finish({**ok("refused"), "stale": True})
+    second = await saved_again(setup)
+    first.finish({**ok_result("refused"), "stale": True})
     await async_wait_until(lambda: setup.listener.of_build(first.build_id), what="first ended")
     [(_, current)] = setup.listener.of_build(first.build_id)
     assert current is False
@@ -316,14 +283,9 @@ async def test_a_result_that_comes_after_a_cancel_is_not_current(setup: Setup) -
 
 
 async def test_events_of_a_superseded_build_are_dropped(setup: Setup) -> None:
-    await built_once(setup)
-    path = "models/refused.py"
-    original = setup.path(path).read_text()
-    setup.save(path, original + "\n# first\n")
-    [first] = await setup.submitted(1)
+    first = await refused_building(setup)
     first.on_event({"type": "progress", "stage": "export"})
-    setup.save(path, original + "\n# second\n")
-    [_, second] = await setup.submitted(2)
+    second = await saved_again(setup)
     first.on_event({"type": "progress", "stage": "late"})
     second.on_event({"type": "progress", "stage": "load"})
     second.finish()
@@ -335,12 +297,8 @@ async def test_events_of_a_superseded_build_are_dropped(setup: Setup) -> None:
 
 
 async def test_a_build_of_one_target_does_not_cancel_another(setup: Setup) -> None:
-    await built_once(setup)
-    refused = setup.path("models/refused.py")
-    setup.save("models/refused.py", refused.read_text() + "\n# edited\n")
-    [first] = await setup.submitted(1)
-    dynamic = setup.path("models/dynamic.py")
-    setup.save("models/dynamic.py", dynamic.read_text() + "\n# edited\n")
+    first = await refused_building(setup)
+    setup.edit("models/dynamic.py", "edited")
     [_, second] = await setup.submitted(2)
     assert (first.target, second.target) == ("refused", "dynamic") and not first.cancelled
     first.finish()
@@ -410,7 +368,7 @@ async def test_cancel_all_ends_every_build_and_pending_request(setup: Setup) -> 
     # The pending request went with it: the next start builds only what is asked then.
     setup.scheduler.request(["dynamic"], now=True)
     await setup.submitted(2)
-    assert setup.pool.targets() == ["tiny_linear", "dynamic"]
+    assert setup.pool.submitted() == ["tiny_linear", "dynamic"]
 
 
 async def test_a_save_seen_through_a_symlink_is_the_same_file(setup: Setup, tmp_path: Path) -> None:
