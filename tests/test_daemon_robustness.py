@@ -68,22 +68,6 @@ SIGKILL_BIT = 1 << (signal.SIGKILL - 1)  # in /proc/<pid>/status's signal masks
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """$XDG_RUNTIME_DIR for every process of this module, this one included; daemons left running
-    by a failed test are killed at the end."""
-    folder = tmp_path_factory.mktemp("run")
-    folder.chmod(0o700)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("XDG_RUNTIME_DIR", str(folder))
-        env.delenv("LOWERD_LOG_LEVEL", raising=False)
-        yield folder
-    for status_file in (folder / "lowerd").glob("*.json"):
-        pid = json.loads(status_file.read_text())["pid"]
-        if process_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-
-
-@pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
