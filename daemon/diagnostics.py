@@ -22,6 +22,8 @@ COVERAGE = "coverage"
 CONFIG_ERROR = "config-error"
 # Results the server drops instead of showing: the build they end was superseded by a newer one.
 CANCELLED = "cancelled"
+# Ends the messages of a report carried over from the last build while an edit lowers.
+PROVISIONAL_NOTE = "; from the last build, updating"
 
 Severity = Literal["warning", "information", "hint"]
 SEVERITIES: dict[str, types.DiagnosticSeverity] = {
@@ -91,7 +93,9 @@ def result_diagnostics(
         return found
     modules = result.get("modules") or {}
     for method, report in (result.get("methods") or {}).items():
-        summary = coverage_summary(method, report)
+        # The last build's report shown while an edit lowers: said so on every line it puts up.
+        note = PROVISIONAL_NOTE if report.get("provisional") else ""
+        summary = coverage_summary(method, report) + note
         module = site_of(modules.get(method), root)
         if entry is not None:
             _add(found, entry, _coverage_diagnostic(entry, f"{target}: {summary}", target, lines))
@@ -99,7 +103,7 @@ def result_diagnostics(
             _add(found, module, _coverage_diagnostic(module, summary, target, lines))
         for site, ops in _not_delegated_by_line(report, root, module or entry):
             label = target if len(result["methods"]) == 1 else f"{target}, {method}"
-            diagnostic = _not_delegated_diagnostic(site, ops, target, label, severity, lines)
+            diagnostic = _not_delegated_diagnostic(site, ops, target, label + note, severity, lines)
             _add(found, site, diagnostic)
     return found
 

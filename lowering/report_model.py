@@ -40,6 +40,10 @@ class MethodReport:
     # False for the report made as soon as partitioning is done, before preprocess: its
     # get_delegation_info counts (delegated_nodes, ...) are 0 and its partitions have no cache.
     final: bool = True
+    # True for the last build's report, its lines moved to where the code is now, shown while the
+    # edited program is lowered (seconds of edge generation on a real model): the partitioned
+    # report replaces it.
+    provisional: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

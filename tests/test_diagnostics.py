@@ -15,6 +15,7 @@ import pytest
 from lsprotocol import types
 
 from lowerd.daemon.diagnostics import (
+    PROVISIONAL_NOTE,
     Site,
     config_error_diagnostics,
     coverage_summary,
@@ -195,6 +196,15 @@ def test_refused_ops_warn_at_their_lines_with_op_and_reason(root: Path) -> None:
     assert "no XNNPACK support" in cumsum.message
     # Delegated lines get nothing.
     assert not at(model, mark(root, "linear1").line)
+
+
+def test_the_last_builds_report_shown_during_an_edit_says_so_on_every_line(root: Path) -> None:
+    provisional = report(root, final=False, provisional=True)
+    found = result_diagnostics(ok_result(root, forward=provisional), root, None, "warning")
+    model = found[root / "models" / "refused.py"]
+    assert model and all(PROVISIONAL_NOTE in d.message for d in model)
+    final = result_diagnostics(ok_result(root), root, None, "warning")
+    assert not any(PROVISIONAL_NOTE in d.message for d in final[root / "models" / "refused.py"])
 
 
 def test_coverage_information_at_entry_and_module_class(root: Path) -> None:

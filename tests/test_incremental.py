@@ -11,6 +11,7 @@ from lowerd.cache.store import BlobStore
 from lowerd.lowering.build import TargetResult, build_target
 from lowerd.lowering.build_state import load_state, why_out_of_date
 from lowerd.lowering.config import ProjectConfig, load_config
+from lowerd.lowering.report_model import MethodReport
 
 from stock import forget_project_modules, sha256, stock_pte
 
@@ -92,3 +93,31 @@ def test_a_modified_output_is_rebuilt(project: Path, tmp_path: Path) -> None:
     assert stale(config, "tiny_linear") == "output missing or modified"
     again = build(config, "tiny_linear", BlobStore(tmp_path / "cache"))
     assert again.reused is None and again.sha256 == result.sha256
+
+
+def test_an_edit_shows_the_last_builds_report_at_the_moved_lines_until_partitioned(
+    project: Path, tmp_path: Path
+) -> None:
+    config = load_config(project / "pyproject.toml")
+    store = BlobStore(tmp_path / "cache")
+    first = build(config, "refused", store)
+    cumsum_line = next(
+        op.line for op in first.methods["forward"].not_delegated if "cumsum" in op.op
+    )
+
+    model = project / "models" / "refused.py"
+    edited = model.read_text().replace("return self.fc2(x)", "return torch.relu(self.fc2(x))")
+    model.write_text("# a line above everything\n" + edited)
+    shown: list[MethodReport] = []
+    forget_project_modules(project)
+    again = build_target(
+        config, config.targets["refused"], store, on_partitioned=lambda _, r: shown.append(r)
+    )
+
+    assert again.status == "ok" and again.reused is None
+    provisional, partitioned = shown  # the last build's first, then the edited program's
+    assert provisional.provisional and not provisional.final
+    moved = next(op.line for op in provisional.not_delegated if "cumsum" in op.op)
+    assert moved == cumsum_line + 1
+    assert not partitioned.provisional
+    assert again.sha256 == sha256(stock_pte(project, "models/refused.py:make", ["xnnpack"]))
