@@ -146,6 +146,7 @@ class _TargetBuilder:
         if program and previous and self._same_program(previous, program):
             result = self._reuse(previous, program, started)
         else:
+            self._report_provisionally(previous, program)
             result = self._lower_and_write(exported, started)
         result.entry = self.entry_site()
         result.modules = self._module_sites()
@@ -183,19 +184,27 @@ class _TargetBuilder:
         self, previous: TargetState, program: ProgramFingerprint, started: float
     ) -> TargetResult:
         """The last build's .pte and report, its source lines moved to where the code is now."""
-        methods = {}
-        for name, report in previous.report["methods"].items():
-            moves = moved_lines(previous.method_lines.get(name, []), program.lines[name])
-            methods[name] = MethodReport.from_json(report).with_lines_moved(moves)
         return TargetResult(
             name=self.target.name,
             status="ok",
             seconds=time.perf_counter() - started,
             output=previous.output.path,
             sha256=previous.output.sha256,
-            methods=methods,
+            methods=_previous_reports(previous, program),
             reused="same-program",
         )
+
+    def _report_provisionally(
+        self, previous: TargetState | None, program: ProgramFingerprint | None
+    ) -> None:
+        """Right after export, the last build's decisions at the lines where the code is now:
+        an editor has them in a second, marked provisional, while edge generation and
+        partitioning take seconds; the partitioned report replaces them."""
+        if previous is None or program is None or self.on_partitioned is None:
+            return
+        for name, report in _previous_reports(previous, program).items():
+            report.final, report.provisional = False, True
+            self.on_partitioned(name, report)
 
     def _lower_and_write(self, exported: dict[str, Any], started: float) -> TargetResult:
         edge, reports, preprocess = self._lower(exported)
@@ -249,7 +258,11 @@ class _TargetBuilder:
         return exported
 
     def _lower(self, exported: dict[str, Any]) -> tuple[Any, dict[str, MethodReport], Any]:
-        from executorch.exir import to_edge_transform_and_lower
+        from lowerd.lowering.edge_speedups import EdgeSpeedups
+
+        speedups = EdgeSpeedups(self.store)
+        with speedups.op_table_served():  # ExecuTorch's first import in a process parses it
+            from executorch.exir import to_edge_transform_and_lower
 
         from lowerd.lowering.preprocess_cache import PreprocessCache
         from lowerd.lowering.reasons import PartitionReasons
@@ -268,7 +281,7 @@ class _TargetBuilder:
         self._report_when_partitioned(partitioners[-1], displays, list(exported), reasons)
         preprocess = PreprocessCache(self.store, on_preprocess=self._preprocessed)
         try:
-            with preprocess.installed():
+            with preprocess.installed(), speedups.installed():
                 edge = to_edge_transform_and_lower(exported, partitioner=partitioners)
         except LowerdError:
             raise
@@ -324,6 +337,19 @@ class _TargetBuilder:
         source = self.user_files.innermost_in_exception(error)
         file, line = (source.file, source.line) if source else (self.entry.file, self.entry.line)
         return kind(f"{doing}: {_summary(error)}", file, line)
+
+
+def _previous_reports(
+    previous: TargetState, program: ProgramFingerprint
+) -> dict[str, MethodReport]:
+    """The last build's method reports, for the methods the program still has, their source lines
+    moved to where the code is now."""
+    methods = {}
+    for name, report in previous.report["methods"].items():
+        if name in program.lines:
+            moves = moved_lines(previous.method_lines.get(name, []), program.lines[name])
+            methods[name] = MethodReport.from_json(report).with_lines_moved(moves)
+    return methods
 
 
 # Advice torch appends to its errors about its own debugging switches: noise next to a file:line.
