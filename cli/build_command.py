@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lowerd.build_output import ProgressLine, print_outcome, progress_printer
+from lowerd.cache.store import BlobStore
 from lowerd.daemon.frames import HEADER_SIZE, FrameError, decode_payload, frame_length
 from lowerd.daemon.kill import kill_worker
 from lowerd.lowering.batch import Batch, TargetJson, failed_result
 from lowerd.lowering.config import ProjectConfig, TargetConfig, find_config
+from lowerd.lowering.project_store import store_for
 
 
 def run_build(
@@ -37,7 +39,7 @@ def run_build(
     batch = Batch.load(path, target_names, use_cache)
     batch.answer_up_to_date()
     if batch.stale:
-        _import_build_modules()
+        _import_build_modules(store_for(batch.config) if use_cache else None)
         progress = progress_printer()
         try:
             built = build_in_workers(batch.config, batch.stale, use_cache, jobs, progress)
@@ -50,10 +52,13 @@ def run_build(
     return exit_code
 
 
-def _import_build_modules() -> None:
+def _import_build_modules(store: BlobStore | None) -> None:
     """Imported once here, inherited by every worker. No torch op runs here: a fork after GNU
     OpenMP's thread pool started hangs at the worker's first parallel op."""
-    import executorch.exir  # noqa: F401
+    from lowerd.lowering.edge_speedups import EdgeSpeedups
+
+    with EdgeSpeedups(store).op_table_served():  # ExecuTorch's op table from the store
+        import executorch.exir  # noqa: F401
     import torch  # noqa: F401
 
     import lowerd.lowering.build  # noqa: F401

@@ -75,7 +75,11 @@ def _set_parent_death_signal(signum: int) -> None:
 
 def _preload(backends: list[str]) -> None:
     """Everything a build imports that does not depend on the user: paid once, not per build."""
-    import executorch.exir  # noqa: F401
+    from lowerd.lowering.edge_speedups import EdgeSpeedups
+    from lowerd.lowering.project_store import store_for
+
+    with EdgeSpeedups(store_for(None)).op_table_served():  # its op table from the store
+        import executorch.exir  # noqa: F401
     import torch  # noqa: F401
 
     import lowerd.lowering.build  # noqa: F401
