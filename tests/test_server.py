@@ -482,12 +482,19 @@ def set_settings(editor: Editor, settings: dict[str, Any]) -> None:
         )
 
 
-async def test_a_second_save_cancels_the_running_build(editor: Editor) -> None:
-    slow, original = editor.replace_line("net.make", "import time; time.sleep(600)")
+async def test_a_second_save_cancels_the_running_build(editor: Editor, tmp_path: Path) -> None:
+    """The second save comes once the slow build runs the saved code: a build whose worker
+    started after the second write would read the restored file, find the target up to date and
+    be the current one, rightly."""
+    inside = tmp_path / "inside-make"  # outside the project: no watcher event
+    slow, original = editor.replace_line(
+        "net.make", f"import pathlib, time; pathlib.Path({str(inside)!r}).touch(); time.sleep(600)"
+    )
     since = len(editor.events)
     editor.save("models/net.py", slow)
     try:
-        [first] = await editor.until("slow build started", lambda: editor.started("net", since))
+        await editor.until("the slow build inside make()", inside.exists)
+        [first] = editor.started("net", since)
     finally:
         editor.save("models/net.py", original)
     result = await editor.built("net", since)
