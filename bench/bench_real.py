@@ -32,7 +32,7 @@ The .pte file each lowerd path leaves is compared with stock's by sha256: the be
 any differs. Caches, runtime folder (the daemon's socket) and logs live in a temp dir; the lowerd
 processes import a snapshot of lowerd's source taken at the start.
 
-    nice -n 10 .venv/bin/python bench/bench_real.py             # full size: ~40 minutes
+    nice -n 10 .venv/bin/python bench/bench_real.py             # full size: ~35 minutes
     nice -n 10 .venv/bin/python bench/bench_real.py --small     # tiny configs: a smoke run
     .venv/bin/python bench/bench_real.py --models resnet,llama --repeat 3
 
