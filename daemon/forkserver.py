@@ -142,29 +142,80 @@ def _import_libraries(names: list[str]) -> dict[str, Any]:
     """Import installed libraries a build used, so that the next forks start with them.
 
     As in the warm-up, on one thread: a parallel op run by an import would start OpenMP's pool,
-    and forks of this process would hang. A library that starts a thread of its own while
-    imported makes forking unsafe: reported as `tainted`, and the daemon starts a fresh server.
+    and forks of this process would hang. A library whose import starts a thread of its own (a
+    BLAS pool: scipy.linalg, which transformers' modeling_utils imports) would make forking
+    unsafe, so a forked probe imports the names first, in order, and the server imports only
+    those before the first that starts a thread; it and the rest stay cold (`cold` in the reply).
+    Should the server gain a thread anyway, it says `tainted` and the daemon starts a fresh one.
     """
-    import importlib
-
-    import torch
-
     threads_before = _thread_count()
-    torch_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    imported = 0
-    try:
-        for name in names:
-            try:
-                importlib.import_module(name)
-                imported += 1
-            except BaseException:  # a library that cannot be imported here stays cold
-                continue
-    finally:
-        torch.set_num_threads(torch_threads)
+    safe = names[: _on_one_thread(_thread_free_prefix, names)]
+    imported = _on_one_thread(_import_each, safe)
     gc.collect()
     gc.freeze()  # as after the warm-up: the workers never scan what the server holds
-    return {"imported": imported, "tainted": _thread_count() > threads_before}
+    tainted = _thread_count() > threads_before
+    return {"imported": imported, "cold": names[len(safe) :], "tainted": tainted}
+
+
+def _on_one_thread(run: Any, names: list[str]) -> int:
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return run(names)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _import_each(names: list[str]) -> int:
+    """How many of names imported; a library that cannot be imported here stays cold."""
+    import importlib
+
+    imported = 0
+    for name in names:
+        try:
+            importlib.import_module(name)
+            imported += 1
+        except BaseException:
+            continue
+    return imported
+
+
+def _thread_free_prefix(names: list[str]) -> int:
+    """How many of names, imported in order, start no thread: found in a forked probe, so that
+    this process never runs an import that starts one."""
+    read_end, write_end = os.pipe()
+    _flush_output()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            os.write(write_end, _imports_before_a_thread(names).to_bytes(4, "big"))
+        finally:
+            _flush_output()
+            os._exit(0)
+    os.close(write_end)
+    try:
+        answer = os.read(read_end, 4)  # until the probe has imported them or died
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    return int.from_bytes(answer, "big") if len(answer) == 4 else 0
+
+
+def _imports_before_a_thread(names: list[str]) -> int:
+    import importlib
+
+    threads = _thread_count()
+    for index, name in enumerate(names):
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            pass
+        if _thread_count() > threads:
+            return index
+    return len(names)
 
 
 def _thread_count() -> int:

@@ -104,7 +104,7 @@ class WorkerPool:
         async with self._starting:
             if self._server is None or not self._server.usable:
                 if self._server is not None:
-                    self._cold.update(self._server.tainted_by)
+                    self._cold.update(self._server.tainted_by, self._server.cold)
                     await self._server.close()
                 if self._closed:
                     raise ConnectionError("the worker pool is closed")
@@ -137,7 +137,8 @@ class WorkerPool:
 
             def on_worker_event(event: dict[str, Any]) -> None:
                 if event.get("type") == "libraries":
-                    server.preload([m for m in event.get("modules", []) if m not in self._cold])
+                    cold = self._cold | server.cold
+                    server.preload([m for m in event.get("modules", []) if m not in cold])
                 else:
                     on_event(event)
 
@@ -193,6 +194,7 @@ class _ForkServer:
         self.environment = environment_stamp()
         self.preloaded: set[str] = set()
         self.tainted_by: tuple[str, ...] = ()  # a preload that started a thread: forks unsafe
+        self.cold: set[str] = set()  # libraries its probe found to start a thread: never preloaded
         self._last_preload: tuple[str, ...] = ()
         self._ready = self._expect("ready", 0)
         self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -307,8 +309,10 @@ class _ForkServer:
                     self.warm = True
                 if message["op"] == "exited":
                     self._exits[message["id"]] = message["status"]
-                if message["op"] == "preloaded" and message.get("tainted"):
-                    self.tainted_by = self._last_preload
+                if message["op"] == "preloaded":
+                    self.cold.update(message.get("cold", []))
+                    if message.get("tainted"):
+                        self.tainted_by = self._last_preload
                 waiting = self._waiting.pop((message["op"], message.get("id", 0)), None)
                 if waiting and not waiting.done():
                     waiting.set_result(message)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ import pytest_asyncio
 from lowerd.daemon.libraries import library_roots
 from lowerd.daemon.workers import BuildRequest, WorkerPool
 
+from helpers import DEADLINE
 from stock import PROJECTS, sha256, stock_pte
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -191,3 +193,30 @@ async def test_a_library_a_build_imported_is_warm_for_the_next_until_packages_ch
     assert log.read_text().split() == ["False", "True", "False"]
     for result in (first, second, third):
         assert result["status"] == "ok" and result["sha256"] == expected, result
+
+
+_PRELOAD = """
+import json, sys
+from lowerd.daemon.forkserver import _import_libraries, _thread_count
+threads = _thread_count()
+reply = _import_libraries(["iniconfig", "starts_a_thread", "pluggy"])
+reply["loaded"] = [m for m in ("iniconfig", "starts_a_thread", "pluggy") if m in sys.modules]
+reply["threads_added"] = _thread_count() - threads
+print(json.dumps(reply))
+"""
+
+
+def test_a_library_whose_import_starts_a_thread_is_never_imported_by_the_fork_server(
+    tmp_path: Path,
+) -> None:
+    """A forked probe finds it; the server imports only the libraries before it."""
+    thread = "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()"
+    (tmp_path / "starts_a_thread.py").write_text(f"import threading, time\n{thread}\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", _PRELOAD], env=env, capture_output=True, text=True, timeout=DEADLINE
+    )
+    reply = json.loads(done.stdout.strip().splitlines()[-1])
+    assert reply["imported"] == 1 and reply["loaded"] == ["iniconfig"], reply
+    assert reply["cold"] == ["starts_a_thread", "pluggy"], reply
+    assert reply["tainted"] is False and reply["threads_added"] == 0, reply
