@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import types
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -157,7 +158,9 @@ class _Encoder:
         return _encode_value(value, self)
 
     def submodules(self, graph_module: torch.fx.GraphModule) -> tuple:
-        """Control-flow branches (cond, map, scan, while) live in get_attr'd GraphModules."""
+        """What get_attr nodes read: control-flow branches (cond, map, scan, while) as
+        GraphModules, tensors by content, and other values (the pytree specs flat_apply calls a
+        function with, holding that function) by their encoding."""
         encoded = []
         for node in graph_module.graph.nodes:
             if node.op != "get_attr":
@@ -167,6 +170,10 @@ class _Encoder:
                 branch = _Encoder(owner.graph, self.stable)
                 branch.handles = self.handles  # one numbering across the whole partition
                 encoded.append((node.target, branch.graph(owner.graph), branch.submodules(owner)))
+            elif isinstance(owner, torch.Tensor):
+                encoded.append((node.target, _tensor_digest(owner)))
+            else:
+                encoded.append((node.target, _encode_value(owner, self)))
         return tuple(encoded)
 
     def signature(self, program: ExportedProgram) -> tuple:
@@ -258,7 +265,30 @@ def _encode_value(value: Any, encoder: _Encoder | None = None) -> Any:  # noqa: 
         return ("dataclass", type(value).__qualname__, fields)
     if isinstance(value, type):
         return ("type", f"{value.__module__}.{value.__qualname__}")
+    if _versioned_function(value):
+        return ("function", f"{value.__module__}.{value.__qualname__}")
+    if isinstance(value, torch._ops.HigherOrderOperator) and _versioned_type(type(value)):
+        return ("hop", f"{type(value).__module__}.{type(value).__qualname__}", value.name())
     return _encode_by_repr(value)
+
+
+# Packages whose functions are named in a key by module and name: their code changes only with
+# the torch and ExecuTorch versions the key holds. A function of any other module (the user's, a
+# library's) could change under the same name, so it stays unkeyable.
+_VERSIONED_PACKAGES = frozenset({"torch", "executorch", "operator", "_operator", "math"})
+
+
+def _versioned_function(value: Any) -> bool:
+    """A plain function of torch's or ExecuTorch's own, such as the call_function target
+    torch._functorch.predispatch.lazy_load_decompositions that export leaves in a Llama."""
+    if not isinstance(value, types.FunctionType | types.BuiltinFunctionType):
+        return False
+    return _versioned_type(value)
+
+
+def _versioned_type(value: Any) -> bool:
+    module = getattr(value, "__module__", None) or ""
+    return module.split(".")[0] in _VERSIONED_PACKAGES and "<locals>" not in value.__qualname__
 
 
 def _encode_tensor_meta(tensor: torch.Tensor) -> tuple:

@@ -87,6 +87,41 @@ def test_a_value_that_prints_its_address_is_not_keyed() -> None:
         details(program)
 
 
+def _users_function() -> None:
+    pass
+
+
+def test_a_torch_function_is_keyed_by_name_and_a_users_function_is_not() -> None:
+    from torch._functorch.predispatch import lazy_load_decompositions
+
+    program = edge_program()
+    first_op(program).meta["custom"] = lazy_load_decompositions
+    assert details(program) == details(program)  # a Llama's export holds such targets
+    first_op(program).meta["custom"] = _users_function  # may change under the same name
+    with pytest.raises(Unkeyable):
+        details(program)
+
+
+def test_a_function_flat_apply_reads_through_get_attr_is_keyed_like_one_in_the_graph() -> None:
+    from torch._functorch.predispatch import lazy_load_decompositions
+    from torch._higher_order_ops.flat_apply import _ConstantFunction
+    from torch.utils._pytree import tree_flatten
+
+    def with_spec(function: object) -> torch.export.ExportedProgram:
+        program = edge_program()
+        _, spec = tree_flatten(_ConstantFunction(function))  # as export stores flat_apply's
+        program.graph_module.function_spec = spec
+        with program.graph.inserting_before(first_op(program)):
+            program.graph.get_attr("function_spec")
+        return program
+
+    torch_spec = details(with_spec(lazy_load_decompositions))
+    assert torch_spec == details(with_spec(lazy_load_decompositions))
+    assert torch_spec.submodules != details(with_spec(torch.relu)).submodules
+    with pytest.raises(Unkeyable):
+        details(with_spec(_users_function))
+
+
 def test_preprocess_results_survive_msgpack_exactly() -> None:
     layout = TensorLayout(scalar_type=ScalarType.FLOAT, sizes=[2, 3], dim_order=[0, 1])
     result = PreprocessResult(
