@@ -23,6 +23,7 @@ from lowerd.lowering.build_state import (
     FileStamp,
     TargetState,
     discard_output,
+    forget_state,
     load_state,
     save_state,
     stamp_files,
@@ -131,6 +132,7 @@ class _TargetBuilder:
         self.entry: LoadedEntry | None = None
         self.partitions_expected = 0
         self.partitions_done = 0
+        self.started_ns = time.time_ns()  # a source modified after this was maybe not read
 
     def run(self, started: float, previous: TargetState | None) -> TargetResult:
         from lowerd.lowering.qparam_memo import QParamMemo
@@ -228,10 +230,16 @@ class _TargetBuilder:
     def _record_state(
         self, result: TargetResult, recorder: InputRecorder, program: ProgramFingerprint | None
     ) -> None:
+        sources = stamp_files(recorder.files())
+        if any(source.mtime_ns >= self.started_ns - _MTIME_GRANULARITY_NS for source in sources):
+            # Saved while this build ran: the build may have read the old text, and a record
+            # stamped with the new one would answer "up to date" with the old program's report.
+            forget_state(self.config, self.target)
+            return
         state = TargetState(
             target=self.target.name,
             inputs_digest=target_inputs_digest(self.config, self.target),
-            sources=stamp_files(recorder.files()),
+            sources=sources,
             output=FileStamp.of(Path(result.output)),
             method_digests=program.digests if program else {},
             method_lines=program.lines if program else {},
@@ -350,6 +358,11 @@ def _previous_reports(
             moves = moved_lines(previous.method_lines.get(name, []), program.lines[name])
             methods[name] = MethodReport.from_json(report).with_lines_moved(moves)
     return methods
+
+
+# File systems stamp mtimes with a coarse clock (a few ms behind time.time_ns()): a file saved
+# just after a build started can carry an mtime just before it.
+_MTIME_GRANULARITY_NS = 50_000_000
 
 
 # Advice torch appends to its errors about its own debugging switches: noise next to a file:line.

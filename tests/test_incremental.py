@@ -121,3 +121,22 @@ def test_an_edit_shows_the_last_builds_report_at_the_moved_lines_until_partition
     assert moved == cumsum_line + 1
     assert not partitioned.provisional
     assert again.sha256 == sha256(stock_pte(project, "models/refused.py:make", ["xnnpack"]))
+
+
+def test_a_source_saved_while_the_build_runs_leaves_no_record(
+    project: Path, tmp_path: Path
+) -> None:
+    """The build may have read the old text: a record stamped with the new one would call the
+    edited target up to date and serve the old program's report."""
+    config = load_config(project / "pyproject.toml")
+    model = project / "models" / "tiny_linear.py"
+    edited = model.read_text().replace("nn.ReLU()", "nn.Hardtanh()")
+    forget_project_modules(project)
+    result = build_target(
+        config,
+        config.targets["tiny_linear"],
+        BlobStore(tmp_path / "cache"),
+        on_partitioned=lambda *_: model.write_text(edited),  # the editor saves mid-build
+    )
+    assert result.status == "ok"
+    assert stale(config, "tiny_linear") == "never built"
