@@ -28,13 +28,15 @@ def stale(config: ProjectConfig, name: str) -> str | None:
     return why_out_of_date(config, target, load_state(config, target))
 
 
+def _cumsum_line(report: MethodReport) -> int | None:
+    return next(op.line for op in report.not_delegated if "cumsum" in op.op)
+
+
 def test_comment_edit_keeps_the_pte_and_moves_report_lines(project: Path, tmp_path: Path) -> None:
     config = load_config(project / "pyproject.toml")
     store = BlobStore(tmp_path / "cache")
     first = build(config, "refused", store)
-    cumsum_line = next(
-        op.line for op in first.methods["forward"].not_delegated if "cumsum" in op.op
-    )
+    cumsum_line = _cumsum_line(first.methods["forward"])
 
     model = project / "models" / "refused.py"
     model.write_text("# a new comment\n# and another\n" + model.read_text())
@@ -44,8 +46,7 @@ def test_comment_edit_keeps_the_pte_and_moves_report_lines(project: Path, tmp_pa
     assert again.reused == "same-program"
     assert again.sha256 == first.sha256 == sha256(Path(again.output).read_bytes())
     assert again.sha256 == sha256(stock_pte(project, "models/refused.py:make", ["xnnpack"]))
-    moved = next(op.line for op in again.methods["forward"].not_delegated if "cumsum" in op.op)
-    assert moved == cumsum_line + 2
+    assert _cumsum_line(again.methods["forward"]) == cumsum_line + 2
     assert stale(config, "refused") is None
 
 
@@ -100,10 +101,7 @@ def test_an_edit_shows_the_last_builds_report_at_the_moved_lines_until_partition
 ) -> None:
     config = load_config(project / "pyproject.toml")
     store = BlobStore(tmp_path / "cache")
-    first = build(config, "refused", store)
-    cumsum_line = next(
-        op.line for op in first.methods["forward"].not_delegated if "cumsum" in op.op
-    )
+    cumsum_line = _cumsum_line(build(config, "refused", store).methods["forward"])
 
     model = project / "models" / "refused.py"
     edited = model.read_text().replace("return self.fc2(x)", "return torch.relu(self.fc2(x))")
@@ -117,8 +115,7 @@ def test_an_edit_shows_the_last_builds_report_at_the_moved_lines_until_partition
     assert again.status == "ok" and again.reused is None
     provisional, partitioned = shown  # the last build's first, then the edited program's
     assert provisional.provisional and not provisional.final
-    moved = next(op.line for op in provisional.not_delegated if "cumsum" in op.op)
-    assert moved == cumsum_line + 1
+    assert _cumsum_line(provisional) == cumsum_line + 1
     assert not partitioned.provisional
     assert again.sha256 == sha256(stock_pte(project, "models/refused.py:make", ["xnnpack"]))
 
