@@ -62,6 +62,7 @@ entry = "models/tiny_linear.py:make"
 """
 FORK_SERVER = "lowerd.daemon.forkserver"
 SIGKILL_BIT = 1 << (signal.SIGKILL - 1)  # in /proc/<pid>/status's signal masks
+PF_EXITING = 0x4  # <linux/sched.h>: in /proc/<pid>/stat's flags while the process exits
 
 
 # Fixtures and helpers --------------------------------------------------------------------------
@@ -114,10 +115,14 @@ def warming_fork_server(parent: int) -> int:
 
 
 def killed(pid: int) -> bool:
-    """Whether a SIGKILL is on its way to pid: it dies without running another instruction."""
+    """Whether pid is dying: a SIGKILL is on its way to it, or it took one and is exiting (which
+    takes a while for a process that mapped torch, on a busy machine)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
+        stat_fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except OSError:
+        return True
+    if int(stat_fields[6]) & PF_EXITING:  # after the name: state, ppid, ..., flags
         return True
     masks = (line.split()[1] for line in status.splitlines() if line[:6] in ("SigPnd", "ShdPnd"))
     return any(int(mask, 16) & SIGKILL_BIT for mask in masks)
