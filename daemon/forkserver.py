@@ -142,18 +142,20 @@ def _import_libraries(names: list[str]) -> dict[str, Any]:
     """Import installed libraries a build used, so that the next forks start with them.
 
     As in the warm-up, on one thread: a parallel op run by an import would start OpenMP's pool,
-    and forks of this process would hang. A library whose import starts a thread of its own (a
-    BLAS pool: scipy.linalg, which transformers' modeling_utils imports) would make forking
-    unsafe, so a forked probe imports the names first, in order, and the server imports only
-    those before the first that starts a thread; it and the rest stay cold (`cold` in the reply).
-    Should the server gain a thread anyway, it says `tainted` and the daemon starts a fresh one.
+    and forks of this process would hang. A library whose import starts a thread that a fork
+    would copy makes forking unsafe, so a forked probe imports the names first, in order, and the
+    server imports only those before the first that does; it and the rest stay cold (`cold` in
+    the reply). A thread its library retires before every fork does not count: OpenBLAS
+    (scipy.linalg, which transformers' modeling_utils imports) joins its pool in a pthread_atfork
+    handler. Should the server keep a thread anyway, it says `tainted` and the daemon starts a
+    fresh one.
     """
     threads_before = _thread_count()
     safe = names[: _on_one_thread(_thread_free_prefix, names)]
     imported = _on_one_thread(_import_each, safe)
     gc.collect()
     gc.freeze()  # as after the warm-up: the workers never scan what the server holds
-    tainted = _thread_count() > threads_before
+    tainted = _threads_across_a_fork() > threads_before
     return {"imported": imported, "cold": names[len(safe) :], "tainted": tainted}
 
 
@@ -213,9 +215,20 @@ def _imports_before_a_thread(names: list[str]) -> int:
             importlib.import_module(name)
         except BaseException:
             pass
-        if _thread_count() > threads:
+        if _thread_count() > threads and _threads_across_a_fork() > threads:
             return index
     return len(names)
+
+
+def _threads_across_a_fork() -> int:
+    """The threads this process has right after forking a child that exits at once: those no
+    fork handler of its libraries retires, the ones a fork of this process would copy."""
+    _flush_output()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return _thread_count()
 
 
 def _thread_count() -> int:

@@ -198,12 +198,26 @@ async def test_a_library_a_build_imported_is_warm_for_the_next_until_packages_ch
 _PRELOAD = """
 import json, sys
 from lowerd.daemon.forkserver import _import_libraries, _thread_count
+names = sys.argv[1:]
 threads = _thread_count()
-reply = _import_libraries(["iniconfig", "starts_a_thread", "pluggy"])
-reply["loaded"] = [m for m in ("iniconfig", "starts_a_thread", "pluggy") if m in sys.modules]
+reply = _import_libraries(names)
+reply["loaded"] = [m for m in names if m in sys.modules]
 reply["threads_added"] = _thread_count() - threads
 print(json.dumps(reply))
 """
+
+
+def _preload(libraries: Path, names: list[str]) -> dict:
+    """What a fork server's preload of names replies, in a fresh process."""
+    env = dict(os.environ, PYTHONPATH=str(libraries))
+    done = subprocess.run(
+        [sys.executable, "-c", _PRELOAD, *names],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_a_library_whose_import_starts_a_thread_is_never_imported_by_the_fork_server(
@@ -212,11 +226,31 @@ def test_a_library_whose_import_starts_a_thread_is_never_imported_by_the_fork_se
     """A forked probe finds it; the server imports only the libraries before it."""
     thread = "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()"
     (tmp_path / "starts_a_thread.py").write_text(f"import threading, time\n{thread}\n")
-    env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    done = subprocess.run(
-        [sys.executable, "-c", _PRELOAD], env=env, capture_output=True, text=True, timeout=DEADLINE
-    )
-    reply = json.loads(done.stdout.strip().splitlines()[-1])
+    reply = _preload(tmp_path, ["iniconfig", "starts_a_thread", "pluggy"])
     assert reply["imported"] == 1 and reply["loaded"] == ["iniconfig"], reply
     assert reply["cold"] == ["starts_a_thread", "pluggy"], reply
     assert reply["tainted"] is False and reply["threads_added"] == 0, reply
+
+
+# As OpenBLAS does in C with pthread_atfork: its pool is joined before every fork, so a fork
+# never copies a thread of it (and the pool starts again at the next call).
+_RETIRES_ITS_THREAD = """
+import os, threading
+stop = threading.Event()
+pool = threading.Thread(target=stop.wait, daemon=True)
+pool.start()
+def retire():
+    stop.set()
+    pool.join()
+os.register_at_fork(before=retire)
+"""
+
+
+def test_a_library_that_retires_its_thread_before_a_fork_is_kept_warm(tmp_path: Path) -> None:
+    """transformers' modeling_utils imports scipy.linalg, whose OpenBLAS starts a pool: fork-safe,
+    since the pool never crosses a fork, so it and what follows are preloaded."""
+    (tmp_path / "retires_its_thread.py").write_text(_RETIRES_ITS_THREAD)
+    reply = _preload(tmp_path, ["iniconfig", "retires_its_thread", "pluggy"])
+    assert reply["imported"] == 3, reply
+    assert reply["loaded"] == ["iniconfig", "retires_its_thread", "pluggy"], reply
+    assert reply["cold"] == [] and reply["tainted"] is False, reply
