@@ -36,6 +36,21 @@ the first build, so that every round's edits miss the cache as the first round's
     .venv/bin/python bench/bench_editor.py              # full size: ~4 minutes (--repeat 3: ~10)
     .venv/bin/python bench/bench_editor.py --quick      # 2 blocks, d=64: smoke test
 
+With --real MODEL (resnet or llama, or int8), the same editor session runs on a temp copy of
+bench/real that declares that model alone (bench_real.py's models, --small for their tiny configs),
+and saves bench_real.py's one-line edits of make() in turn, each on top of the last: comment-only,
+head op, middle op, weight-only. The client also accepts the server's $/progress, so each save gets
+a timeline of the build's stages. An edit whose program changed is first shown with the last
+build's report moved to the new lines, marked provisional (lowerd's PROVISIONAL_NOTE in every
+diagnostic's message), until the edited program is partitioned: for each save the table gives the
+seconds to the first provisional publishDiagnostics, to the moment the editor shows only
+diagnostics of the edited program again (its partitioned report, not provisional), and to
+lowerd/buildFinished. Stock is bench_real.py's stock process (the model's libraries imported too):
+its whole process, and its work after the imports.
+
+    .venv/bin/python bench/bench_editor.py --real resnet            # full size
+    .venv/bin/python bench/bench_editor.py --real llama --small     # tiny configs: smoke test
+
 Everything lives in a temp dir; the server imports a snapshot of lowerd's source taken at the
 start. This is a script, not a test: nothing asserts on a timing.
 """
@@ -52,6 +67,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +76,7 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_build import set_constant as set_constant_in_file  # noqa: E402
 from bench_incremental import (  # noqa: E402 - the bench folder is not a package
     ENTRY,
     MODEL_FILE,
@@ -73,6 +90,21 @@ from bench_incremental import (  # noqa: E402 - the bench folder is not a packag
     set_constant,
     snapshot_lowerd,
 )
+from bench_real import (  # noqa: E402
+    COMMENT,
+    MODELS,
+    SCENARIOS,
+    RealModel,
+    edited,
+    render,
+    reuse,
+)
+from bench_real import OUT_DIR as REAL_OUT_DIR  # noqa: E402
+from bench_real import PROJECT as REAL_PROJECT  # noqa: E402
+
+# How the server marks the diagnostics of a provisional report (the last build's, shown while
+# the edited program lowers): every message of it carries this note.
+from lowerd.daemon.diagnostics import PROVISIONAL_NOTE  # noqa: E402
 
 BUILD_STARTED, BUILD_FINISHED = "lowerd/buildStarted", "lowerd/buildFinished"
 DEADLINE_SECONDS = 1800.0  # a guard against a hung server, never a measurement
@@ -82,11 +114,63 @@ GRACE_SECONDS = 1.0
 COMMENT_GOAL_SECONDS = 1.5
 EDIT_GOAL_RATIO = 0.5
 
-EDITS = [  # (key, name, model source before -> after); each applies to the previous one's
+PROVISIONAL_GOAL_SECONDS = 1.5  # issue 10 section 6: real models' one-line edits
+SETTLE_SECONDS = {"transformer": 3.0, "real": 10.0}  # --settle's default
+
+Edit = tuple[str, str, Callable[[str], str]]  # (key, name, model source before -> after)
+EDITS: list[Edit] = [  # each applies to the previous one's result
     ("comment", "(a) comment", insert_comment),
     ("weight", "(b) weight", lambda text: set_constant(text, "EDITED_BLOCK_GAIN", "1.25")),
     ("op", "(c) op, block 0", lambda text: set_constant(text, "EXTRA_OP_BLOCKS", "(0,)")),
 ]
+# The build stages the server reports in $/progress (real models only), in order.
+STAGES = ("load", "export", "partition", "preprocess", "emit", "write")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the editor session builds and edits: bench/project's transformer, or a real model."""
+
+    target: str
+    model_file: str  # relative to the project: the file opened and edited
+    entry: str
+    edits: list[Edit]
+    real: RealModel | None = None  # bench_real.py's model, or None for the transformer
+
+
+def transformer_workload() -> Workload:
+    return Workload(TARGET, MODEL_FILE, ENTRY, EDITS)
+
+
+def real_workload(model: RealModel) -> Workload:
+    """bench_real.py's scenarios after cold: each a line inserted in make()."""
+    edits: list[Edit] = []
+    for key, name in SCENARIOS:
+        if key != "cold":
+            line = COMMENT if key == "comment" else model.edits[key]
+            edits.append((key, name, lambda text, line=line: edited(text, line)))
+    return Workload(model.target, model.file, f"{model.file}:make", edits, model)
+
+
+def prepare_real_project(root: Path, model: RealModel, small: bool) -> Path:
+    """A copy of bench/real that declares the one model (the server builds every target)."""
+    project = root / "project"
+    ignore = shutil.ignore_patterns("__pycache__", REAL_OUT_DIR)
+    shutil.copytree(REAL_PROJECT, project, ignore=ignore)
+    set_constant_in_file(project / "models" / "common.py", "SMALL", str(small))
+    (project / "pyproject.toml").write_text(
+        "[tool.lowerd]\n"
+        'backends = ["xnnpack"]\n'
+        f'out_dir = "{REAL_OUT_DIR}"\n\n'
+        f"[tool.lowerd.targets.{model.target}]\n"
+        f'entry = "{model.file}:make"\n'
+    )
+    return project
+
+
+def is_provisional(params: types.PublishDiagnosticsParams) -> bool:
+    """The note ends a coverage message and sits in a not-delegated one's "(target...)"."""
+    return any(PROVISIONAL_NOTE in d.message for d in params.diagnostics)
 
 
 # The editor: a client that timestamps what the server sends ---------------------------------
@@ -95,14 +179,24 @@ EDITS = [  # (key, name, model source before -> after); each applies to the prev
 @dataclass
 class Event:
     at: float  # time.perf_counter() when the client handled it
-    kind: str  # "diagnostics", "started", "finished"
+    kind: str  # "diagnostics", "started", "finished", "progress"
     uri: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
 
 
 class Editor:
-    def __init__(self, project: Path, env: dict[str, str], logs: Path, settings: dict[str, Any]):
+    def __init__(
+        self,
+        project: Path,
+        workload: Workload,
+        env: dict[str, str],
+        logs: Path,
+        settings: dict[str, Any],
+        progress: bool = False,
+    ):
         self.project = project
+        self.workload = workload
+        self.progress = progress  # accept the server's $/progress (its build stages)
         self.settings = settings
         self.env = env
         self.logs = logs
@@ -119,10 +213,19 @@ class Editor:
 
         @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
         def diagnostics(params: types.PublishDiagnosticsParams) -> None:
-            count = len(params.diagnostics)
-            self.events.append(
-                Event(time.perf_counter(), "diagnostics", params.uri, {"count": count})
-            )
+            found = {"count": len(params.diagnostics), "provisional": is_provisional(params)}
+            self.events.append(Event(time.perf_counter(), "diagnostics", params.uri, found))
+
+        @client.feature(types.WINDOW_WORK_DONE_PROGRESS_CREATE)
+        def create_progress(params: types.WorkDoneProgressCreateParams) -> None:
+            return None
+
+        @client.feature(types.PROGRESS)
+        def progress(params: types.ProgressParams) -> None:
+            value = _plain(params.value) or {}
+            if value.get("kind") == "report" and value.get("message"):
+                stage = value["message"].split()[0]  # "export forward", "preprocess 0/1", ...
+                self.events.append(Event(time.perf_counter(), "progress", params={"stage": stage}))
 
         @client.feature(BUILD_STARTED)
         def started(params: Any) -> None:
@@ -138,8 +241,12 @@ class Editor:
                 file.write(f"{params.type}: {params.message}\n")
 
     @property
+    def model(self) -> Path:
+        return self.project / self.workload.model_file
+
+    @property
     def uri(self) -> str:
-        return (self.project / MODEL_FILE).as_uri()
+        return self.model.as_uri()
 
     async def start(self) -> None:
         await self.client.start_io(
@@ -153,7 +260,10 @@ class Editor:
             text_document=types.TextDocumentClientCapabilities(
                 synchronization=types.TextDocumentSyncClientCapabilities(did_save=True),
                 publish_diagnostics=types.PublishDiagnosticsClientCapabilities(),
-            )
+            ),
+            window=types.WindowClientCapabilities(work_done_progress=True)
+            if self.progress
+            else None,
         )
         await self.client.initialize_async(
             types.InitializeParams(
@@ -167,7 +277,7 @@ class Editor:
 
     def open_model(self) -> None:
         self.version = 1
-        text = (self.project / MODEL_FILE).read_text()
+        text = self.model.read_text()
         item = types.TextDocumentItem(uri=self.uri, language_id="python", version=1, text=text)
         self.client.text_document_did_open(types.DidOpenTextDocumentParams(item))
 
@@ -186,7 +296,7 @@ class Editor:
         await asyncio.sleep(0.05)  # typing happened before the save
         mark = len(self.events)
         saved = time.perf_counter()
-        (self.project / MODEL_FILE).write_text(text)
+        self.model.write_text(text)
         self.client.text_document_did_save(
             types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(uri=self.uri))
         )
@@ -198,7 +308,7 @@ class Editor:
                 e
                 for e in self.events[mark:]
                 if e.kind == "finished"
-                and e.params.get("target") == TARGET
+                and e.params.get("target") == self.workload.target
                 and e.params.get("current")
             ),
             None,
@@ -215,6 +325,33 @@ class Editor:
             None,
         )
 
+    def stage_since(self, mark: int, stage: str) -> Event | None:
+        return next(
+            (e for e in self.events[mark:] if e.kind == "progress" and e.params["stage"] == stage),
+            None,
+        )
+
+    def provisional_since(self, mark: int) -> tuple[Event | None, Event | None, bool]:
+        """For the save at `mark`: the first publishDiagnostics of a provisional report; the
+        first one after the last provisional one (or after the save, if none came) from which
+        no file of the project shows provisional diagnostics; and whether some file still shows
+        them at the end (called after buildFinished and its grace period)."""
+        project = self.project.as_uri()
+        showing: set[str] = set()  # the files whose last diagnostics are provisional
+        first_provisional = replaced = None
+        for event in self.events[mark:]:
+            if event.kind != "diagnostics" or not (event.uri or "").startswith(project):
+                continue
+            if event.params["provisional"]:
+                showing.add(event.uri or "")
+                first_provisional = first_provisional or event
+                replaced = None
+            else:
+                showing.discard(event.uri or "")
+                if not showing and replaced is None:
+                    replaced = event
+        return first_provisional, replaced, bool(showing)
+
     async def until_finished(self, mark: int) -> Event:
         deadline = time.perf_counter() + DEADLINE_SECONDS
         while (found := self.finished_since(mark)) is None:
@@ -230,7 +367,7 @@ class Editor:
     async def report(self) -> dict[str, Any]:
         """The server's last result of the target (lowerd.report): cache counts, sha256, ..."""
         document = await self.client.workspace_execute_command_async(
-            types.ExecuteCommandParams(command="lowerd.report", arguments=[TARGET])
+            types.ExecuteCommandParams(command="lowerd.report", arguments=[self.workload.target])
         )
         return _plain(document)["targets"][0]
 
@@ -282,16 +419,21 @@ class Bench:
     def __init__(self, root: Path, args: argparse.Namespace):
         self.root = root
         self.args = args
-        self.project = prepare_project(root, model_constants(args))
+        if args.real:
+            self.workload = real_workload(MODELS[args.real])
+            self.project = prepare_real_project(root, MODELS[args.real], args.small)
+        else:
+            self.workload = transformer_workload()
+            self.project = prepare_project(root, model_constants(args))
         self.lowerd_source = snapshot_lowerd(root)
         self.cache = root / "cache"
         self.runtime = root / "run"  # XDG_RUNTIME_DIR: the server's socket and status file
         self.runtime.mkdir(mode=0o700)
         self.logs = root / "logs"
         self.logs.mkdir()
-        self.model = self.project / MODEL_FILE
+        self.model = self.project / self.workload.model_file
         self.base_text = self.model.read_text()
-        self.rows: dict[str, list[dict[str, Any]]] = {key: [] for key, _, _ in EDITS}
+        self.rows: dict[str, list[dict[str, Any]]] = {key: [] for key, _, _ in self.workload.edits}
         self.initial: dict[str, Any] = {}
         self._stock_runs = 0
 
@@ -301,6 +443,8 @@ class Bench:
         )
         env = {**os.environ, "PYTHONPATH": path, "LOWERD_CACHE_DIR": str(self.cache)}
         env["XDG_RUNTIME_DIR"] = str(self.runtime)
+        if self.workload.real:
+            env["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded anyway (as bench_real.py)
         env.pop("LOWERD_LOG_LEVEL", None)
         return env
 
@@ -330,10 +474,17 @@ class Bench:
         output = self.root / "stock" / f"{self._stock_runs}.pte"
         output.parent.mkdir(exist_ok=True)
         result = self.root / "stock" / f"{self._stock_runs}.json"
-        spec = {"project": str(self.project), "entry": ENTRY, "output": str(output)}
-        spec["result"] = str(result)
-        script = Path(__file__).resolve().parent / "bench_incremental.py"
-        command = [sys.executable, str(script), "--stock-worker", json.dumps(spec)]
+        spec: dict[str, Any] = {"project": str(self.project), "entry": self.workload.entry}
+        spec.update(output=str(output), result=str(result))
+        if self.workload.real:
+            # bench_real.py's stock process: the model's libraries imported before its clock
+            # starts, so that its result splits imports from work.
+            spec["libraries"] = list(self.workload.real.libraries)
+            script, flag = Path(__file__).resolve().parent / "bench_real.py", "--stock"
+        else:
+            script = Path(__file__).resolve().parent / "bench_incremental.py"
+            flag = "--stock-worker"
+        command = [sys.executable, str(script), flag, json.dumps(spec)]
         log_path = self.logs / f"stock-{self._stock_runs}.log"
         with log_path.open("w") as log_file:
             started = time.perf_counter()
@@ -348,7 +499,10 @@ class Bench:
     async def run(self) -> None:
         self.check_snapshot_is_imported()
         settings = {"workerTimeout": self.args.worker_timeout}
-        editor = Editor(self.project, self.server_env(), self.logs, settings)
+        progress = self.workload.real is not None  # the transformer's session is as it was
+        editor = Editor(
+            self.project, self.workload, self.server_env(), self.logs, settings, progress
+        )
         started = time.perf_counter()
         await editor.start()
         try:
@@ -364,13 +518,14 @@ class Bench:
             for round_ in range(self.args.repeat):
                 if round_:
                     await self.back_to_start(editor, first_cache)
-                for key, name, apply in EDITS:
+                for key, name, apply in self.workload.edits:
                     row = await self.measure(editor, apply(self.model.read_text()))
                     if row["status"] != "ok":
                         raise SystemExit(f"bench: the {name} build failed: {row}")
                     row["stock"] = self.stock()
                     self.rows[key].append(row)
-                    log(f"  {name}: {describe(row)}")
+                    text = describe_real(row) if self.workload.real else describe(row)
+                    log(f"  {name}: {text}")
                     await asyncio.sleep(self.args.settle)
         finally:
             await editor.stop()
@@ -380,10 +535,21 @@ class Bench:
         finished = await editor.until_finished(mark)
         published = editor.first_since(mark, "diagnostics")
         build_started = editor.first_since(mark, "started")
+        provisional, replaced, left = editor.provisional_since(mark)
+        stages = {}
+        for stage in STAGES:
+            if (event := editor.stage_since(mark, stage)) is not None:
+                stages[stage] = event.at - saved
         report = await editor.report()
         output = report.get("output")
         return {
             "publish_seconds": published.at - saved if published else None,
+            "provisional_seconds": provisional.at - saved if provisional else None,
+            # The first publishDiagnostics after the provisional ones (or after the save) from
+            # which the editor shows none: the partitioned report, or the build's result.
+            "final_seconds": replaced.at - saved if replaced else None,
+            "provisional_left": left,
+            "stages": stages,
             "published_before_finished": bool(published and published.at <= finished.at),
             "started_seconds": build_started.at - saved if build_started else None,
             "finished_seconds": finished.at - saved,
@@ -415,6 +581,29 @@ def describe(row: dict[str, Any]) -> str:
         f"{cache.get('hits', 0)} reused, {cache.get('rebased', 0)} rebased); "
         f"stock {row['stock']['wall_seconds']:.1f} s whole process"
     )
+
+
+def describe_real(row: dict[str, Any]) -> str:
+    def at(key: str) -> str:
+        return f"{row[key]:.2f} s" if row[key] is not None else "none"
+
+    stock = row["stock"]
+    return (
+        f"provisional {at('provisional_seconds')}, final {at('final_seconds')}, buildFinished "
+        f"{row['finished_seconds']:.2f} s ({reuse(reuse_run(row))}); stock "
+        f"{stock['wall_seconds']:.1f} s ({stock['seconds']:.1f} s work)"
+    )
+
+
+def reuse_run(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as bench_real.reuse() reads a build: cache counts and `reused`."""
+    cache = row["cache"]
+    return {
+        "hits": cache.get("hits", 0),
+        "misses": cache.get("misses", 0),
+        "rebased": cache.get("rebased", 0),
+        "reused": row["reused"],
+    }
 
 
 # Report ------------------------------------------------------------------------------------
@@ -512,18 +701,166 @@ def print_report(bench: Bench, revision: str) -> None:
     print("\n".join(checks(bench)))
 
 
+def real_table(bench: Bench) -> str:
+    """Seconds from the save; ratios to stock's work after its imports (a warm session's)."""
+    titles = [
+        "scenario",
+        "provisional s",
+        "final s",
+        "finished s",
+        "stock proc s",
+        "stock work s",
+        "final/work",
+        "finished/work",
+        "preproc/reused/rebased",
+        "= stock",
+    ]
+    rows = []
+    for key, name, _ in bench.workload.edits:
+        runs = bench.rows[key]
+        provisional = median([r["provisional_seconds"] for r in runs])
+        final = median([r["final_seconds"] for r in runs])
+        finished = median([r["finished_seconds"] for r in runs])
+        proc = median([r["stock"]["wall_seconds"] for r in runs])
+        work = median([r["stock"]["seconds"] for r in runs])
+        assert finished is not None and proc is not None and work is not None
+        rows.append(
+            [
+                name,
+                *(cell(value) for value in (provisional, final, finished, proc, work)),
+                f"{final / work:.2f}x" if final is not None else "-",
+                f"{finished / work:.2f}x",
+                reuse(reuse_run(runs[-1])),
+                "yes" if all(r["sha256"] == r["stock"]["sha256"] for r in runs) else "NO",
+            ]
+        )
+    return render(titles, rows)
+
+
+def timeline_table(bench: Bench) -> str:
+    """When each thing happened after the save: the server's notifications, the build's stages
+    ($/progress; a stage reported before the progress bar began is not seen: '-') and the
+    diagnostics. `lower` is the stage lowerd calls "partition": edge generation, then the
+    partitioner, whose report is `final`."""
+    moments = [
+        ("buildStarted", "started_seconds"),
+        ("load", "load"),
+        ("export", "export"),
+        ("provisional", "provisional_seconds"),
+        ("lower", "partition"),
+        ("final", "final_seconds"),
+        ("preprocess", "preprocess"),
+        ("emit", "emit"),
+        ("finished", "finished_seconds"),
+    ]
+    titles = ["scenario", *(title for title, _ in moments)]
+    rows = []
+    for key, name, _ in bench.workload.edits:
+        runs = bench.rows[key]
+        row = [name]
+        for _, field_ in moments:
+            if field_ in STAGES:
+                values = [r["stages"].get(field_) for r in runs]
+            else:
+                values = [r[field_] for r in runs]
+            row.append(cell(median(values), none="-"))
+        rows.append(row)
+    return render(titles, rows)
+
+
+def cell(value: float | None, none: str = "none") -> str:
+    return f"{value:.2f}" if value is not None else none
+
+
+def real_checks(bench: Bench) -> list[str]:
+    found = []
+    for key, name, _ in bench.workload.edits:
+        runs = bench.rows[key]
+        firsts = [
+            min(
+                (s for s in (r["provisional_seconds"], r["final_seconds"]) if s is not None),
+                default=None,
+            )
+            for r in runs
+        ]
+        first = median(firsts)
+        label = "first diagnostics (provisional or final)"
+        if first is None:
+            first = median([r["finished_seconds"] for r in runs])
+            label = "no publishDiagnostics (none changed); buildFinished"
+        assert first is not None
+        text = f"{name}: {label} {first:.2f} s (goal <= {PROVISIONAL_GOAL_SECONDS} s)"
+        found.append((text, first <= PROVISIONAL_GOAL_SECONDS))
+    rows = [r for key, _, _ in bench.workload.edits for r in bench.rows[key]]
+    found.append(("every build ended ok", all(r["status"] == "ok" for r in rows)))
+    found.append(
+        (
+            "every provisional report was replaced (none shown after buildFinished)",
+            not any(r["provisional_left"] for r in rows),
+        )
+    )
+    found.append(
+        (
+            "lowerd's .pte equals stock's on every edited state",
+            all(r["sha256"] == r["stock"]["sha256"] for r in rows),
+        )
+    )
+    found.append(
+        (
+            "lowerd's report names the sha256 of the file it left",
+            all(r["sha256"] == r["reported_sha256"] for r in rows),
+        )
+    )
+    return [f"  [{'ok' if good else '!!'}] {text}" for text, good in found]
+
+
+def print_real_report(bench: Bench, revision: str) -> None:
+    args = bench.args
+    model = bench.workload.real
+    assert model is not None
+    forward = (bench.initial.get("methods") or {}).get("forward") or {}
+    note = f"medians of {args.repeat} rounds" if args.repeat > 1 else "one round"
+    print(f"\nlowerd serve {revision}; torch and executorch as installed in {sys.prefix}")
+    if args.small:
+        print("SMALL CONFIGS (--small): a smoke run of the script, not the benchmark's numbers")
+    print(
+        f"{model.target}: {model.small_title if args.small else model.title}\n"
+        f"  {len(forward.get('partitions') or [])} XNNPACK partitions, "
+        f"{forward.get('ops_delegated')}/{forward.get('ops')} ops delegated; first build "
+        f"{bench.initial.get('first_build_seconds', 0):.1f} s after the server started"
+    )
+    print(
+        "seconds from the save (file written, didSave sent) to the first provisional "
+        "publishDiagnostics (the last build's report, marked), to the first after which the "
+        "editor shows none provisional (final: the edited program's partitioned report or "
+        "result; none = no diagnostic changed) and to lowerd/buildFinished; stock = a fresh "
+        f"stock process: whole (proc) and after its imports (work) ({note})"
+    )
+    print(real_table(bench))
+    print(f"  timeline, s after the save:\n{timeline_table(bench)}")
+    print("\n".join(real_checks(bench)))
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--blocks", type=int, default=6, help="transformer blocks (default 6)")
     parser.add_argument("--dim", type=int, default=256, help="transformer width (default 256)")
     parser.add_argument("--seq", type=int, default=64, help="sequence length (default 64)")
     parser.add_argument("--quick", action="store_true", help="2 blocks, d=64, seq 16: smoke test")
-    parser.add_argument("--repeat", type=int, default=1, help="rounds of the three edits")
+    parser.add_argument(
+        "--real",
+        choices=list(MODELS),
+        help="a real model of bench/real instead of the transformer (bench_real.py's edits)",
+    )
+    parser.add_argument(
+        "--small", action="store_true", help="with --real: tiny configs, a smoke run"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of the edits")
     parser.add_argument(
         "--settle",
         type=float,
-        default=3.0,
-        help="seconds of quiet after each build before the next save (default 3)",
+        help="seconds of quiet after each build before the next save (default 3; with --real "
+        "10, so that the fork server has imported the model's libraries before the first edit)",
     )
     parser.add_argument(
         "--server-omp-threads",
@@ -545,6 +882,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.blocks, args.dim, args.seq = 2, 64, 16
     if args.blocks < 1 or args.repeat < 1:
         parser.error("--blocks and --repeat must be at least 1")
+    if args.small and not args.real:
+        parser.error("--small sizes the real models: use it with --real")
+    if args.settle is None:
+        args.settle = SETTLE_SECONDS["real" if args.real else "transformer"]
     return args
 
 
@@ -556,7 +897,7 @@ def main(argv: list[str]) -> int:
         revision = lowerd_revision()
         log(f"bench: {root}")
         asyncio.run(bench.run())
-        print_report(bench, revision)
+        (print_real_report if args.real else print_report)(bench, revision)
         if args.json:
             document = {"initial": bench.initial, "edits": bench.rows}
             Path(args.json).write_text(json.dumps(document, indent=2, default=str) + "\n")
