@@ -267,8 +267,10 @@ class _TargetBuilder:
 
     def _lower(self, exported: dict[str, Any]) -> tuple[Any, dict[str, MethodReport], Any]:
         from lowerd.lowering.edge_speedups import EdgeSpeedups
+        from lowerd.lowering.xnnpack_passes import XnnpackPassSkips
 
         speedups = EdgeSpeedups(self.store)
+        pass_skips = XnnpackPassSkips()
         with speedups.op_table_served():  # ExecuTorch's first import in a process parses it
             from executorch.exir import to_edge_transform_and_lower
 
@@ -289,7 +291,7 @@ class _TargetBuilder:
         self._report_when_partitioned(partitioners[-1], displays, list(exported), reasons)
         preprocess = PreprocessCache(self.store, on_preprocess=self._preprocessed)
         try:
-            with preprocess.installed(), speedups.installed():
+            with preprocess.installed(), speedups.installed(), pass_skips.installed():
                 edge = to_edge_transform_and_lower(exported, partitioner=partitioners)
         except LowerdError:
             raise
