@@ -71,6 +71,23 @@ def _cnn() -> tuple[nn.Module, tuple]:
     return model, (torch.randn(1, 3, 16, 16),)
 
 
+def _edited_cnn(edit: str) -> Callable[[], tuple[nn.Module, tuple]]:
+    """The CNN after a one-line edit, as a user makes them: an op added at the start, in the middle
+    or at the end of its single partition, or one layer's weights scaled."""
+
+    def make() -> tuple[nn.Module, tuple]:
+        model, args = _cnn()
+        if edit == "weight":
+            with torch.no_grad():
+                model.block[0].weight.mul_(1.25)
+            return model, args
+        where = {"start": model.stem[0], "middle": model.pool, "end": model.head}[edit]
+        where.register_forward_hook(lambda _module, _args, out: torch.tanh(out))
+        return model, args
+
+    return make
+
+
 def _many_ops() -> tuple[nn.Module, tuple]:
     torch.manual_seed(0)
     return _ManyOps().eval(), (torch.randn(2, 8), torch.randn(1, 4, 8), torch.randn(1, 4, 4, 4))
@@ -124,6 +141,15 @@ def test_a_cnn_skips_what_it_does_not_hold_and_equals_stock() -> None:
     assert ran[:2] == ["XNNPACKRemoveCloneOpsTransform", "DimOrderOpsRevertPass"]
     assert {"FuseBatchNormPass", "FuseActivationPass", "ChannelsLastTaggedReshapePass"} <= set(ran)
     assert fast == _lower(_cnn)
+
+
+@pytest.mark.parametrize("edit", ["start", "middle", "end", "weight"])
+def test_an_edited_cnn_equals_stock(edit: str) -> None:
+    skips = XnnpackPassSkips()
+    with skips.installed():
+        fast = _lower(_edited_cnn(edit))
+    assert skips.skipped >= len(CNN_SKIPS) - 1  # a tanh may share a partition with what it follows
+    assert fast == _lower(_edited_cnn(edit))
 
 
 def test_a_model_that_triggers_the_passes_runs_them_and_equals_stock() -> None:
