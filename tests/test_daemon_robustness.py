@@ -128,12 +128,25 @@ def killed(pid: int) -> bool:
     return any(int(mask, 16) & SIGKILL_BIT for mask in masks)
 
 
+def has_torch(pid: int) -> bool:
+    try:
+        return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
 def fate(pid: int, parent: int) -> str | None:
     """None while pid still runs as parent's child; then "gone" (or dying of a SIGKILL), or
-    "orphaned": running on without the process that was to stop it."""
+    "orphaned": warming up (torch loaded) without the process that was to stop it.
+
+    An orphan without torch is still starting: its parent died before it set its parent-death
+    signal, and it leaves as soon as it checks its parent, before it imports anything heavy
+    (on a busy machine Python's own start-up can take longer than the test's kill)."""
     if not process_alive(pid) or killed(pid):
         return "gone"
-    return None if parent_of(pid) == parent else "orphaned"
+    if parent_of(pid) == parent or not has_torch(pid):
+        return None
+    return "orphaned"
 
 
 def assert_ended_with(fork_server: int, parent: int) -> None:
