@@ -8,12 +8,61 @@ from typing import Any
 
 
 @dataclass
+class Frame:
+    """A source location outside the user's files: a library's line and function."""
+
+    file: str  # absolute (site-packages), or project-relative when inside the project
+    line: int
+    function: str | None = None
+
+
+@dataclass
 class NotDelegatedOp:
     op: str
-    file: str | None
+    file: str | None  # the user's innermost frame (project-relative)
     line: int | None
     reason: str
     node: str
+    # The innermost frame overall when it is not the user's: where a library made the op
+    # (transformers' modeling_llama.py in LlamaRMSNorm.forward).
+    library: Frame | None = None
+    module_path: str | None = None  # nn_module_stack's innermost: model.layers.0.input_layernorm
+    module_class: str | None = None  # LlamaRMSNorm
+    elements: int = 0  # elements the op outputs (from meta["val"]): its work left on the CPU
+
+
+@dataclass
+class RefusalGroup:
+    """Not-delegated ops with one cause at one place: same op, same reason, same library line,
+    repeated over modules (every layer's RMSNorm). Ranked by what fixing them would buy."""
+
+    op: str
+    reason: str
+    count: int
+    file: str | None  # the user's line most of them come from
+    line: int | None
+    library: Frame | None
+    nodes: list[str] = field(default_factory=list)
+    module_paths: list[str] = field(default_factory=list)  # distinct, in graph order
+    modules: str | None = None  # the paths collapsed: model.layers.{0..3}.input_layernorm
+    module_class: str | None = None
+    # Partitions that would merge if these ops were delegated: the boundaries they cause.
+    boundaries: int = 0
+    elements: int = 0  # summed output elements left on the CPU
+
+
+@dataclass
+class ModuleCoverage:
+    """Coverage of one module path's subtree (ops of the module and of its children)."""
+
+    path: str  # "" for the root; "model.layers.*.mlp" when aggregated over repeated layers
+    module_class: str | None
+    ops: int
+    ops_delegated: int
+
+    @property
+    def coverage(self) -> float:
+        return round(self.ops_delegated / self.ops, 4) if self.ops else 0.0
 
 
 @dataclass
@@ -37,6 +86,10 @@ class MethodReport:
     backends: dict[str, dict[str, int]] = field(default_factory=dict)
     partitions: list[PartitionSummary] = field(default_factory=list)
     not_delegated: list[NotDelegatedOp] = field(default_factory=list)
+    # not_delegated grouped by cause and place, most costly first (lowering/refusals.py).
+    refusals: list[RefusalGroup] = field(default_factory=list)
+    # Coverage over the module tree, parents before children.
+    modules: list[ModuleCoverage] = field(default_factory=list)
     # False for the report made as soon as partitioning is done, before preprocess: its
     # get_delegation_info counts (delegated_nodes, ...) are 0 and its partitions have no cache.
     final: bool = True
@@ -54,7 +107,9 @@ class MethodReport:
             **{
                 **raw,
                 "partitions": [PartitionSummary(**p) for p in raw["partitions"]],
-                "not_delegated": [NotDelegatedOp(**op) for op in raw["not_delegated"]],
+                "not_delegated": [_not_delegated(op) for op in raw["not_delegated"]],
+                "refusals": [_refusal(group) for group in raw.get("refusals", [])],
+                "modules": [ModuleCoverage(**m) for m in raw.get("modules", [])],
             }
         )
 
@@ -66,3 +121,15 @@ class MethodReport:
             for source in partition.sources:
                 source[0], source[1] = moves.get((source[0], source[1]), (source[0], source[1]))
         return self
+
+
+def _frame(raw: dict[str, Any] | None) -> Frame | None:
+    return Frame(**raw) if raw else None
+
+
+def _not_delegated(raw: dict[str, Any]) -> NotDelegatedOp:
+    return NotDelegatedOp(**{**raw, "library": _frame(raw.get("library"))})
+
+
+def _refusal(raw: dict[str, Any]) -> RefusalGroup:
+    return RefusalGroup(**{**raw, "library": _frame(raw.get("library"))})
