@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from lsprotocol import types
+from pygls.uris import from_fs_path
 
 SOURCE = "lowerd"
 NOT_DELEGATED = "not-delegated"
@@ -24,6 +25,12 @@ CONFIG_ERROR = "config-error"
 CANCELLED = "cancelled"
 # Ends the messages of a report carried over from the last build while an edit lowers.
 PROVISIONAL_NOTE = "; from the last build, updating"
+# A not-delegated warning lists this many causes (most costly first) and says how many more
+# there are; the hover lists them all. Reasons are cut to MAX_REASON characters.
+MAX_LISTED = 3
+MAX_REASON = 120
+# Library lines a warning links to (relatedInformation), most costly first.
+MAX_RELATED = 10
 
 Severity = Literal["warning", "information", "hint"]
 SEVERITIES: dict[str, types.DiagnosticSeverity] = {
@@ -103,7 +110,9 @@ def result_diagnostics(
             _add(found, module, _coverage_diagnostic(module, summary, target, lines))
         for site, ops in _not_delegated_by_line(report, root, module or entry):
             label = target if len(result["methods"]) == 1 else f"{target}, {method}"
-            diagnostic = _not_delegated_diagnostic(site, ops, target, label + note, severity, lines)
+            diagnostic = _not_delegated_diagnostic(
+                site, ops, report, root, target, label + note, severity, lines
+            )
             _add(found, site, diagnostic)
     return found
 
@@ -164,7 +173,7 @@ def _not_delegated_by_line(
     the user's go to the method's module class (or the entry), so none goes unmentioned."""
     by_site: dict[Site, list[Mapping[str, Any]]] = {}
     for op in report.get("not_delegated") or []:
-        site = site_of(op, root) if op.get("line") else fallback
+        site = (site_of(op, root) if op.get("line") else None) or fallback
         if site is not None:
             by_site.setdefault(site, []).append(op)
     return sorted(by_site.items(), key=lambda item: (str(item[0].path), item[0].line))
@@ -173,26 +182,54 @@ def _not_delegated_by_line(
 def _not_delegated_diagnostic(
     site: Site,
     ops: list[Mapping[str, Any]],
+    report: Mapping[str, Any],
+    root: Path,
     target: str,
     label: str,
     severity: Severity,
     lines: LineReader,
 ) -> types.Diagnostic:
-    counted = Counter((op["op"], op["reason"]) for op in ops)
-    if len(counted) == 1:
-        [((op, reason), count)] = counted.items()
-        message = f"{_times(op, count)} not delegated: {reason} ({label})"
+    """One warning per line: its causes, most costly first, the first MAX_LISTED of them; the
+    library lines that made the ops as relatedInformation (a click opens them)."""
+    causes = line_causes(ops, report.get("refusals") or [])
+    listed = _listed(causes)
+    if len(listed) == 1:
+        [(op, reason, count)] = listed
+        message = f"{_times(op, count)} not delegated: {_short(reason)} ({label})"
     else:
-        listed = "\n".join(f"{_times(op, n)}: {reason}" for (op, reason), n in counted.items())
-        message = f"{len(ops)} ops not delegated ({label}):\n{listed}"
+        shown = listed if len(listed) <= MAX_LISTED + 1 else listed[:MAX_LISTED]
+        text = [f"{_times(op, n)}: {_short(reason)}" for op, reason, n in shown]
+        rest = listed[len(shown) :]
+        if rest:
+            text.append(f"… {len(rest)} more ({_plural(sum(n for *_, n in rest), 'op')})")
+        message = f"{len(ops)} ops not delegated ({label}):\n" + "\n".join(text)
+    related = [
+        info for cause in causes if (info := cause.related_information(root, lines)) is not None
+    ]
     return types.Diagnostic(
         range=line_range(site, lines),
         message=message,
         severity=SEVERITIES.get(severity, types.DiagnosticSeverity.Warning),
         source=SOURCE,
         code=NOT_DELEGATED,
+        related_information=related[:MAX_RELATED] or None,
         data={"target": target, "ops": sorted({op["op"] for op in ops})},
     )
+
+
+def _listed(causes: Sequence[LineCause]) -> list[tuple[str, str, int]]:
+    """(op, reason, count) in the causes' order, causes differing only by library line merged:
+    the message says what was refused and why; relatedInformation says where."""
+    counts: dict[tuple[str, str], int] = {}
+    for cause in causes:
+        key = (cause.op, cause.reason)
+        counts[key] = counts.get(key, 0) + cause.count
+    return [(op, reason, count) for (op, reason), count in counts.items()]
+
+
+def _short(reason: str) -> str:
+    reason = " ".join(reason.split())
+    return reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 1].rstrip() + "…"
 
 
 def _times(op: str, count: int) -> str:
@@ -217,6 +254,148 @@ def line_range(site: Site, lines: LineReader) -> types.Range:
 
 def _utf16_length(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
+
+
+# Refused ops by cause -------------------------------------------------------------------------
+
+
+@dataclass
+class LineCause:
+    """The refused ops of one line that share a cause: those of one of the report's refusal
+    groups (same op, reason and library line, repeated over modules), or, in a report without
+    groups (one stored by an older lowerd), those with the same op, reason and library line."""
+
+    op: str
+    reason: str
+    ops: list[Mapping[str, Any]] = field(default_factory=list)
+    group: Mapping[str, Any] | None = None  # the report's RefusalGroup, if any
+
+    @property
+    def count(self) -> int:
+        return len(self.ops)
+
+    @property
+    def library(self) -> Mapping[str, Any] | None:
+        """The library frame that made the ops: transformers' LlamaRMSNorm.forward line."""
+        for op in self.ops:
+            if op.get("library"):
+                return op["library"]
+        return (self.group or {}).get("library") or None
+
+    @property
+    def module_class(self) -> str | None:
+        for op in self.ops:
+            if op.get("module_class"):
+                return _short_class(op["module_class"])
+        found = (self.group or {}).get("module_class")
+        return _short_class(found) if found else None
+
+    @property
+    def modules(self) -> str | None:
+        """The module paths of the line's ops collapsed (model.layers.{0..3}.input_layernorm);
+        the group's own pattern when every op of the group is on this line."""
+        group = self.group or {}
+        if group.get("modules") and group.get("count") == self.count:
+            return group["modules"]
+        return collapse_module_paths([op.get("module_path") for op in self.ops])
+
+    @property
+    def function(self) -> str | None:
+        """`LlamaRMSNorm.forward`: the library function, qualified by the module's class when it
+        is that module's forward."""
+        library = self.library or {}
+        function = library.get("function")
+        if function == "forward" and self.module_class:
+            return f"{self.module_class}.forward"
+        return function
+
+    def where(self) -> str:
+        """ "in `LlamaRMSNorm.forward` of model.layers.{0..3}.input_layernorm", as far as known."""
+        parts = []
+        if self.function:
+            parts.append(f"in {self.function}")
+        if self.modules:
+            parts.append(("of " if parts else "in ") + self.modules)
+        elif self.module_class and not self.function:
+            parts.append(f"in {self.module_class}")
+        return " ".join(parts)
+
+    def related_information(
+        self, root: Path, lines: LineReader
+    ) -> types.DiagnosticRelatedInformation | None:
+        site = site_of(self.library, root)
+        if site is None:
+            return None
+        where = self.where()
+        location = types.Location(uri=from_fs_path(str(site.path)), range=line_range(site, lines))
+        message = _times(self.op, self.count) + (f" {where}" if where else "")
+        return types.DiagnosticRelatedInformation(location=location, message=message)
+
+
+def line_causes(
+    ops: Sequence[Mapping[str, Any]], refusals: Sequence[Mapping[str, Any]]
+) -> list[LineCause]:
+    """The causes of a line's refused ops, most costly first: in the order of the report's
+    refusal groups (ranked by the lowering), then any ops no group names, most first."""
+    group_of: dict[str, int] = {}
+    for index, group in enumerate(refusals):
+        for node in group.get("nodes") or []:
+            group_of.setdefault(node, index)
+    grouped: dict[int, LineCause] = {}
+    ungrouped: dict[tuple[Any, ...], LineCause] = {}
+    for op in ops:
+        index = group_of.get(op.get("node"), -1)
+        if index >= 0:
+            new = LineCause(op["op"], op["reason"], [], refusals[index])
+            cause = grouped.setdefault(index, new)
+        else:
+            key = (op["op"], op["reason"], *_frame_key(op.get("library")))
+            cause = ungrouped.setdefault(key, LineCause(op["op"], op["reason"]))
+        cause.ops.append(op)
+    rest = sorted(ungrouped.values(), key=lambda c: (-_elements(c.ops), -c.count))
+    return [grouped[index] for index in sorted(grouped)] + rest
+
+
+def _frame_key(frame: Mapping[str, Any] | None) -> tuple[Any, Any]:
+    return (frame.get("file"), frame.get("line")) if frame else (None, None)
+
+
+def _elements(ops: Iterable[Mapping[str, Any]]) -> int:
+    return sum(op.get("elements") or 0 for op in ops)
+
+
+def _short_class(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def collapse_module_paths(paths: Iterable[str | None]) -> str | None:
+    """Distinct module paths as one pattern: `model.layers.{0..3}.input_layernorm` when they
+    differ by one layer index; else the first and how many more."""
+    distinct = list(dict.fromkeys(p for p in paths if p))
+    if len(distinct) <= 1:
+        return distinct[0] if distinct else None
+    split = [path.split(".") for path in distinct]
+    if len({len(parts) for parts in split}) == 1:
+        differing = [i for i in range(len(split[0])) if len({parts[i] for parts in split}) > 1]
+        if len(differing) == 1 and all(parts[differing[0]].isdigit() for parts in split):
+            at = differing[0]
+            pattern = list(split[0])
+            pattern[at] = "{" + _index_ranges(sorted({int(parts[at]) for parts in split})) + "}"
+            return ".".join(pattern)
+    return f"{distinct[0]} and {len(distinct) - 1} more"
+
+
+def _index_ranges(numbers: Sequence[int]) -> str:
+    """[0, 1, 2, 3, 5] -> "0..3,5"."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return ",".join(
+        f"{run[0]}..{run[-1]}" if len(run) > 2 else ",".join(map(str, run)) for run in runs
+    )
 
 
 # Coverage text -------------------------------------------------------------------------------
@@ -254,7 +433,8 @@ def _plural(count: int, noun: str) -> str:
 
 
 def lens_title(result: Mapping[str, Any] | None, building: bool) -> str:
-    """The summary shown above an entry function."""
+    """The summary shown above an entry function, with what fixing the costliest refusals
+    would do to the partition count."""
     if result is None:
         return "lowerd: building…" if building else "lowerd: not built yet"
     suffix = " (building…)" if building else ""
@@ -262,8 +442,42 @@ def lens_title(result: Mapping[str, Any] | None, building: bool) -> str:
         kind = (result.get("error") or {}).get("kind", "error")
         return f"lowerd: build failed ({kind}){suffix}"
     methods = result.get("methods") or {}
-    summaries = [coverage_summary(name, report) for name, report in methods.items()]
+    summaries = []
+    for name, report in methods.items():
+        hint = fixes_hint(report)
+        summaries.append(coverage_summary(name, report) + (f"; {hint}" if hint else ""))
     return ("lowerd: " + " · ".join(summaries) if summaries else "lowerd: built") + suffix
+
+
+def fixes_hint(report: Mapping[str, Any]) -> str | None:
+    """ "3 fixes would make this 1 partition": how many of the top refusal groups (in the
+    report's order) must be delegated to leave the fewest partitions. From the lowering's own
+    count (`partitions_if_fixed`: partitions left after fixing the top 1, 2, … groups) when the
+    report has it, else estimated from the groups' partition boundaries. None when no fix would
+    merge partitions."""
+    current = partition_count(report)
+    if current <= 1:
+        return None
+    after = report.get("partitions_if_fixed")
+    if isinstance(after, list) and after and all(isinstance(n, int) for n in after):
+        fewest = min(after)
+        fixes = after.index(fewest) + 1
+    else:
+        fewest, fixes = current, 0
+        for group in report.get("refusals") or []:
+            boundaries = group.get("boundaries") or 0
+            if fewest <= 1:
+                break
+            if boundaries > 0:
+                fewest, fixes = max(1, fewest - boundaries), fixes + 1
+    if fewest >= current:
+        return None
+    noun = "fix" if fixes == 1 else "fixes"
+    return f"{fixes} {noun} would make this {_plural(fewest, 'partition')}"
+
+
+def partition_count(report: Mapping[str, Any]) -> int:
+    return sum(totals.get("partitions") or 0 for totals in (report.get("backends") or {}).values())
 
 
 # Hover ---------------------------------------------------------------------------------------
@@ -271,19 +485,22 @@ def lens_title(result: Mapping[str, Any] | None, building: bool) -> str:
 
 def hover_markdown(results: Mapping[str, Mapping[str, Any]], root: Path, site: Site) -> str | None:
     """Each op of the line, per target and method: delegated to which backend and partition with
-    its cache outcome, or why it stays on the CPU. None when no op comes from the line."""
+    its cache outcome, or why it stays on the CPU, with the library line that made it and its
+    module path. Ops without a line of the user's are shown where their warning is (the module
+    class or the entry). None when no op comes from the line."""
     sections = []
     for target, result in results.items():
+        modules = result.get("modules") or {}
         for method, report in (result.get("methods") or {}).items():
-            items = _ops_at(report, root, site)
+            fallback = site_of(modules.get(method), root) or site_of(result.get("entry"), root)
+            items = _delegated_at(report, root, site)
+            items += _refused_at(report, root, site, fallback)
             if items:
-                counted = Counter(items)
-                body = "\n".join(f"- {_times(text, n)}" for text, n in counted.items())
-                sections.append(f"**lowerd** · {target} · {method}\n\n{body}")
+                sections.append(f"**lowerd** · {target} · {method}\n\n" + "\n".join(items))
     return "\n\n---\n\n".join(sections) or None
 
 
-def _ops_at(report: Mapping[str, Any], root: Path, site: Site) -> list[str]:
+def _delegated_at(report: Mapping[str, Any], root: Path, site: Site) -> list[str]:
     items = []
     partitions = report.get("partitions") or []
     for index, partition in enumerate(partitions, start=1):
@@ -292,10 +509,44 @@ def _ops_at(report: Mapping[str, Any], root: Path, site: Site) -> list[str]:
         for file, line, op in partition.get("sources") or []:
             if line == site.line and root / file == site.path:
                 items.append(f"`{op}`: {where}, {cache}")
-    for op in report.get("not_delegated") or []:
-        if op.get("line") == site.line and root / op["file"] == site.path:
-            items.append(f"`{op['op']}`: **not delegated**: {op['reason']}")
-    return items
+    return [f"- {_times(text, n)}" for text, n in Counter(items).items()]
+
+
+def _refused_at(
+    report: Mapping[str, Any], root: Path, site: Site, fallback: Site | None
+) -> list[str]:
+    ops = [
+        op
+        for op in report.get("not_delegated") or []
+        if ((site_of(op, root) if op.get("line") else None) or fallback) == site
+    ]
+    causes = line_causes(ops, report.get("refusals") or [])
+    return [_cause_markdown(cause, root) for cause in causes]
+
+
+def _cause_markdown(cause: LineCause, root: Path) -> str:
+    """A markdown list item: the op, count and reason, and a sub-item saying where it was made,
+    e.g. in `LlamaRMSNorm.forward` at [modeling_llama.py:69](file:///…#L69) · the module paths."""
+    text = "- " + _times(f"`{cause.op}`: **not delegated**: {cause.reason}", cause.count)
+    details = []
+    library = site_of(cause.library, root)
+    if cause.function or library:
+        where = f"in `{cause.function}`" if cause.function else "made"
+        if library is not None:
+            uri = from_fs_path(str(library.path))
+            where += f" at [{library.path.name}:{library.line}]({uri}#L{library.line})"
+        details.append(where)
+    if cause.modules:
+        module = f"`{cause.modules}`"
+        details.append(module + (f" ({cause.module_class})" if cause.module_class else ""))
+    elif cause.module_class:
+        details.append(f"`{cause.module_class}`")
+    group = cause.group or {}
+    if (group.get("count") or 0) > cause.count:
+        details.append(f"{group['count']} in the method")
+    if details:
+        text += "\n  - " + " · ".join(details)
+    return text
 
 
 def files_of(results: Iterable[Mapping[str, Any]], root: Path) -> set[Path]:

@@ -15,10 +15,13 @@ import pytest
 from lsprotocol import types
 
 from lowerd.daemon.diagnostics import (
+    MAX_LISTED,
     PROVISIONAL_NOTE,
     Site,
+    collapse_module_paths,
     config_error_diagnostics,
     coverage_summary,
+    fixes_hint,
     hover_markdown,
     lens_title,
     line_range,
@@ -45,6 +48,8 @@ class Refused(nn.Module):  # LINE-MARK: module
         x = self.fc1(x)  # LINE-MARK: linear1
         x = x**3  # LINE-MARK: pow
         x = torch.cumsum(torch.cumsum(x, dim=1), dim=0)  # LINE-MARK: cumsum
+        for layer in self.layers:
+            x = layer.norm(x)  # LINE-MARK: norm
         return self.fc2(x)  # LINE-MARK: linear2
 
 
@@ -255,6 +260,242 @@ def test_ranges_skip_indentation_and_count_utf16(root: Path) -> None:
     assert (wide.start.character, wide.end.character) == (2, 10)  # the emoji is 2 UTF-16 units
     past_the_end = line_range(Site(Path("x.py"), 5), lambda _: ["a"])
     assert past_the_end == types.Range(types.Position(4, 0), types.Position(5, 0))
+
+
+# Refusal groups, library lines and module paths (issue 11) ---------------------------------------
+
+# A library's file outside the project, as transformers' modeling_llama.py is in site-packages.
+LIBRARY = """\
+class LlamaRMSNorm(nn.Module):
+    def forward(self, hidden_states):
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)  # LINE-MARK: lib.mean
+        hidden_states = hidden_states * torch.rsqrt(variance + self.eps)  # LINE-MARK: lib.add
+        return self.weight * hidden_states
+"""
+MEAN_REASON = "only support mean over the last two dims of a 4D input, got dims [-1] of a 3D input"
+
+
+@pytest.fixture
+def library(tmp_path: Path) -> Path:
+    """modeling_llama.py in a site-packages folder outside the project."""
+    folder = tmp_path / "venv" / "lib" / "site-packages" / "transformers"
+    folder.mkdir(parents=True)
+    (folder / "modeling_llama.py").write_text(LIBRARY)
+    return folder / "modeling_llama.py"
+
+
+def library_line(library: Path, name: str) -> int:
+    [line] = [i for i, text in enumerate(LIBRARY.splitlines(), 1) if f"LINE-MARK: {name}" in text]
+    return line
+
+
+def norm_op(
+    root: Path, library: Path, op: str, layer: int, node: str, reason: str, lib_mark: str
+) -> dict[str, Any]:
+    """A refused op of the norm line, made in LlamaRMSNorm.forward of layer `layer`."""
+    return {
+        **refused(op, mark(root, "norm").line, reason),
+        "node": node,
+        "library": {
+            "file": str(library),
+            "line": library_line(library, lib_mark),
+            "function": "forward",
+        },
+        "module_path": f"model.layers.{layer}.input_layernorm",
+        "module_class": "LlamaRMSNorm",
+        "elements": 64,
+    }
+
+
+def norm_report(root: Path, library: Path, **overrides: Any) -> dict[str, Any]:
+    """Four layers' RMSNorm on the norm line: a mean and an add refused in each, two groups;
+    the add group ranked first (it splits partitions), although equal in count."""
+    means = [
+        norm_op(root, library, "aten.mean.dim", i, f"mean_{i}", MEAN_REASON, "lib.mean")
+        for i in range(4)
+    ]
+    adds = [
+        norm_op(root, library, "aten.add.Scalar", i, f"add_{i}", "no XNNPACK support", "lib.add")
+        for i in range(4)
+    ]
+    groups = [group_of(adds, boundaries=3), group_of(means, boundaries=0)]
+    return report(root, not_delegated=means + adds, refusals=groups, **overrides)
+
+
+def group_of(ops: list[dict[str, Any]], boundaries: int) -> dict[str, Any]:
+    first = ops[0]
+    return {
+        "op": first["op"],
+        "reason": first["reason"],
+        "count": len(ops),
+        "file": first["file"],
+        "line": first["line"],
+        "library": first["library"],
+        "nodes": [op["node"] for op in ops],
+        "module_paths": [op["module_path"] for op in ops],
+        "modules": collapse_module_paths(op["module_path"] for op in ops),
+        "module_class": first["module_class"],
+        "boundaries": boundaries,
+        "elements": sum(op["elements"] for op in ops),
+    }
+
+
+def test_a_lines_warning_names_its_groups_most_costly_first(root: Path, library: Path) -> None:
+    methods = {"forward": norm_report(root, library)}
+    model = result_diagnostics(ok_result(root, **methods), root, None, "warning")
+    [warning] = at(model[root / "models/refused.py"], mark(root, "norm").line)
+    assert warning.message.splitlines() == [
+        "8 ops not delegated (refused):",
+        "aten.add.Scalar ×4: no XNNPACK support",
+        f"aten.mean.dim ×4: {MEAN_REASON}",
+    ]
+
+
+def test_a_lines_warning_stays_short_with_many_causes(root: Path) -> None:
+    """Twenty causes on one line, with long reasons: the top MAX_LISTED by the report's rank,
+    each reason cut, and how many more; the hover has every one."""
+    line = mark(root, "norm").line
+    ops = [
+        {**refused(f"aten.op{i}.default", line, f"reason {i} " + "why " * 80), "node": f"n{i}"}
+        for i in range(20)
+        for _ in range(i % 3 + 1)
+    ]
+    ranked = list(reversed(range(20)))  # the lowering's rank: op19 most costly
+    groups = [
+        {"op": f"aten.op{i}.default", "reason": ops[0]["reason"], "nodes": [f"n{i}"]}
+        for i in ranked
+    ]
+    methods = {"forward": report(root, not_delegated=ops, refusals=groups)}
+    model = result_diagnostics(ok_result(root, **methods), root, None, "warning")
+    [warning] = at(model[root / "models/refused.py"], line)
+    text = warning.message.splitlines()
+    assert text[0] == f"{len(ops)} ops not delegated (refused):"
+    assert [entry.split(":")[0] for entry in text[1:-1]] == [
+        "aten.op19.default ×2",
+        "aten.op18.default",
+        "aten.op17.default ×3",
+    ][:MAX_LISTED]
+    rest = len(ops) - 2 - 1 - 3
+    assert text[-1] == f"… 17 more ({rest} ops)"
+    assert len(warning.message) < 600 and all(entry.endswith("…") for entry in text[1:-1])
+    hover = hover_markdown({"refused": ok_result(root, **methods)}, root, mark(root, "norm"))
+    assert hover is not None and all(f"`aten.op{i}.default`" in hover for i in range(20))
+
+
+def test_the_warning_links_the_library_lines_that_made_the_ops(root: Path, library: Path) -> None:
+    methods = {"forward": norm_report(root, library)}
+    model = result_diagnostics(ok_result(root, **methods), root, None, "warning")
+    [warning] = at(model[root / "models/refused.py"], mark(root, "norm").line)
+    related = warning.related_information
+    assert related is not None and len(related) == 2
+    add, mean = related
+    assert add.location.uri == library.as_uri() == mean.location.uri
+    assert add.location.range.start.line == library_line(library, "lib.add") - 1
+    assert mean.location.range.start.line == library_line(library, "lib.mean") - 1
+    assert add.location.range.start.character == 8  # the library line's text, indentation off
+    assert add.message == (
+        "aten.add.Scalar ×4 in LlamaRMSNorm.forward of model.layers.{0..3}.input_layernorm"
+    )
+
+
+def test_a_report_without_groups_is_grouped_by_op_reason_and_library_line(
+    root: Path, library: Path
+) -> None:
+    """A report stored by an older lowerd (no refusals) or made before grouping: ops with the
+    same op, reason and library line are one cause, the most numerous first."""
+    one_add = norm_op(root, library, "aten.add.Scalar", 0, "add", "no XNNPACK support", "lib.add")
+    means = [
+        norm_op(root, library, "aten.mean.dim", i, f"m{i}", MEAN_REASON, "lib.mean")
+        for i in (0, 1, 3)
+    ]
+    methods = {"forward": report(root, not_delegated=[one_add, *means])}
+    model = result_diagnostics(ok_result(root, **methods), root, None, "warning")
+    [warning] = at(model[root / "models/refused.py"], mark(root, "norm").line)
+    assert warning.message.splitlines()[1:] == [
+        f"aten.mean.dim ×3: {MEAN_REASON}",
+        "aten.add.Scalar: no XNNPACK support",
+    ]
+    assert warning.related_information is not None
+    assert [r.message for r in warning.related_information] == [
+        "aten.mean.dim ×3 in LlamaRMSNorm.forward of model.layers.{0,1,3}.input_layernorm",
+        "aten.add.Scalar in LlamaRMSNorm.forward of model.layers.0.input_layernorm",
+    ]
+    # Ops made at the user's own line link nowhere.
+    plain = result_diagnostics(ok_result(root), root, None, "warning")
+    [pow_warning] = at(plain[root / "models/refused.py"], mark(root, "pow").line)
+    assert pow_warning.related_information is None
+
+
+def test_the_hover_shows_the_library_line_and_the_module_paths(root: Path, library: Path) -> None:
+    results = {"refused": ok_result(root, forward=norm_report(root, library))}
+    hover = hover_markdown(results, root, mark(root, "norm"))
+    assert hover is not None
+    add_line = library_line(library, "lib.add")
+    assert (
+        "- `aten.add.Scalar`: **not delegated**: no XNNPACK support ×4\n"
+        f"  - in `LlamaRMSNorm.forward` at [modeling_llama.py:{add_line}]"
+        f"({library.as_uri()}#L{add_line})"
+        " · `model.layers.{0..3}.input_layernorm` (LlamaRMSNorm)"
+    ) in hover
+    assert hover.index("aten.add.Scalar") < hover.index("aten.mean.dim")  # the report's rank
+
+
+def test_ops_without_a_user_line_are_in_the_hover_of_their_warnings_line(
+    root: Path, library: Path
+) -> None:
+    """A transformers model has no frame of the user's: its ops warn at the module class line,
+    and the hover there says where in the library they come from."""
+    op = norm_op(root, library, "aten.mean.dim", 2, "m", MEAN_REASON, "lib.mean")
+    orphan = {**op, "file": None, "line": None}
+    results = {"refused": ok_result(root, forward=report(root, not_delegated=[orphan]))}
+    hover = hover_markdown(results, root, mark(root, "module"))
+    assert hover is not None and "`aten.mean.dim`: **not delegated**" in hover
+    assert "`LlamaRMSNorm.forward`" in hover and "model.layers.2.input_layernorm" in hover
+
+
+def test_collapse_module_paths() -> None:
+    layers = [f"model.layers.{i}.input_layernorm" for i in (0, 1, 2, 3, 5, 7, 8)]
+    assert collapse_module_paths(layers) == "model.layers.{0..3,5,7,8}.input_layernorm"
+    assert collapse_module_paths(["a.b", None, "a.b", ""]) == "a.b"
+    assert collapse_module_paths([None, ""]) is None
+    assert collapse_module_paths(["a.0.x", "a.1.y"]) == "a.0.x and 1 more"
+
+
+def test_the_lens_says_how_many_fixes_would_leave_how_many_partitions(
+    root: Path, library: Path
+) -> None:
+    # From the lowering's own count: fixing the top 1, 2, 3, 4 groups.
+    forty_two = {"XNNPACK": {"ops": 231, "partitions": 42}}
+    counted = {"backends": forty_two, "partitions_if_fixed": [30, 9, 1, 1]}
+    assert fixes_hint(counted) == "3 fixes would make this 1 partition"
+    assert fixes_hint({**counted, "partitions_if_fixed": [41, 41]}) == (
+        "1 fix would make this 41 partitions"
+    )
+    assert fixes_hint({**counted, "partitions_if_fixed": [42]}) is None
+    # Estimated from the groups' boundaries: the norm report's add group splits 3 times.
+    four = {"XNNPACK": {"ops": 2, "partitions": 4}}
+    estimated = norm_report(root, library, backends=four)
+    assert fixes_hint(estimated) == "1 fix would make this 1 partition"
+    title = lens_title(ok_result(root, forward=estimated), building=False)
+    assert title.endswith("in 4 partitions (40 %); 1 fix would make this 1 partition")
+    # A report without groups, and one partition, say nothing more.
+    assert fixes_hint(report(root)) is None
+    one = {"backends": {"XNNPACK": {"ops": 2, "partitions": 1}}, "partitions_if_fixed": [1]}
+    assert fixes_hint(one) is None
+
+
+def test_a_provisional_reports_moved_lines_keep_their_groups(root: Path, library: Path) -> None:
+    """The last build's report shown during an edit has its ops' lines moved, not its groups':
+    the warning follows the ops and still lists their groups."""
+    moved = norm_report(root, library, provisional=True, final=False)
+    pow_line = mark(root, "pow").line
+    for op in moved["not_delegated"]:
+        op["line"] = pow_line
+    model = result_diagnostics(ok_result(root, forward=moved), root, None, "warning")
+    [warning] = at(model[root / "models/refused.py"], pow_line)
+    assert warning.message.splitlines()[1] == "aten.add.Scalar ×4: no XNNPACK support"
+    assert PROVISIONAL_NOTE in warning.message.splitlines()[0]
+    assert not at(model[root / "models/refused.py"], mark(root, "norm").line)
 
 
 # Diagnostics of a failed build -----------------------------------------------------------------
