@@ -121,3 +121,42 @@ export function methodSummary(name: string, method: MethodReport): string {
     .join(", ");
   return `${name}: ${method.opsDelegated} of ${method.ops} ops delegated (${each}; ${percent} %)`;
 }
+
+export function partitionCount(method: MethodReport): number {
+  return Object.values(method.backends).reduce((sum, totals) => sum + totals.partitions, 0);
+}
+
+/**
+ * "3 fixes would make this 1 partition": how many of the top refusal groups (in the report's
+ * order) must be delegated to leave the fewest partitions; the wording of the server's coverage
+ * lens (daemon/diagnostics.py fixes_hint). From the server's own count (`partitions_if_fixed`)
+ * when the report has it, else estimated from the groups' partition boundaries. null when no fix
+ * would merge partitions.
+ */
+export function fixesHint(method: MethodReport): string | null {
+  const current = partitionCount(method);
+  if (current <= 1) {
+    return null;
+  }
+  let fewest = current;
+  let fixes = 0;
+  const counted = method.partitionsIfFixed;
+  if (counted && counted.length > 0) {
+    fewest = Math.min(...counted);
+    fixes = counted.indexOf(fewest) + 1;
+  } else {
+    for (const group of method.refusals) {
+      if (fewest <= 1) {
+        break;
+      }
+      if (group.boundaries > 0) {
+        fewest = Math.max(1, fewest - group.boundaries);
+        fixes += 1;
+      }
+    }
+  }
+  if (fewest >= current) {
+    return null;
+  }
+  return `${fixes} ${fixes === 1 ? "fix" : "fixes"} would make this ${plural(fewest, "partition")}`;
+}

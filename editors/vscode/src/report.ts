@@ -12,11 +12,56 @@ export interface SourceSite {
   line: number;
 }
 
+/** A line of a library (absolute, e.g. in site-packages), or of the project (relative). */
+export interface LibraryFrame {
+  file: string;
+  line: number;
+  function: string | null;
+}
+
 export interface NotDelegatedOp {
   op: string;
+  /** The user's innermost frame, relative to the project root. */
   file: string | null;
   line: number | null;
   reason: string;
+  node: string | null;
+  /** Where a library made the op (transformers' LlamaRMSNorm.forward), when not the user. */
+  library: LibraryFrame | null;
+  /** nn_module_stack's innermost: model.layers.0.input_layernorm. */
+  modulePath: string | null;
+  moduleClass: string | null;
+  /** Elements the op outputs: its work left on the CPU. */
+  elements: number;
+}
+
+/**
+ * Not-delegated ops with one cause at one place (same op, reason and library line), repeated
+ * over modules; the report lists them most costly first.
+ */
+export interface RefusalGroup {
+  op: string;
+  reason: string;
+  count: number;
+  file: string | null;
+  line: number | null;
+  library: LibraryFrame | null;
+  nodes: string[];
+  modulePaths: string[];
+  /** The paths collapsed: model.layers.{0..3}.input_layernorm. */
+  modules: string | null;
+  moduleClass: string | null;
+  /** Partition boundaries these ops cause: partitions that would merge if they were delegated. */
+  boundaries: number;
+  elements: number;
+}
+
+/** Coverage of one module path's subtree; "" is the root. */
+export interface ModuleCoverage {
+  path: string;
+  moduleClass: string | null;
+  ops: number;
+  opsDelegated: number;
 }
 
 export interface Partition {
@@ -40,6 +85,12 @@ export interface MethodReport {
   backends: Record<string, BackendTotals>;
   partitions: Partition[];
   notDelegated: NotDelegatedOp[];
+  /** notDelegated grouped by cause and place, most costly first; [] from an older server. */
+  refusals: RefusalGroup[];
+  /** Coverage over the module tree, parents before children; [] from an older server. */
+  modules: ModuleCoverage[];
+  /** Partitions left after fixing the top 1, 2, … refusal groups, when the server counted. */
+  partitionsIfFixed: number[] | null;
 }
 
 export interface TargetError {
@@ -111,6 +162,17 @@ function parseSite(value: unknown): SourceSite | null {
   return { file: value.file, line: asNumber(value.line, 1) };
 }
 
+function parseFrame(value: unknown): LibraryFrame | null {
+  if (!isObject(value) || typeof value.file !== "string") {
+    return null;
+  }
+  return { file: value.file, line: asNumber(value.line, 1), function: asNullableString(value.function) };
+}
+
+function asStrings(value: unknown): string[] {
+  return asArray(value).filter((item): item is string => typeof item === "string");
+}
+
 function parseNotDelegated(value: unknown): NotDelegatedOp {
   const raw = asRecord(value);
   return {
@@ -118,7 +180,48 @@ function parseNotDelegated(value: unknown): NotDelegatedOp {
     file: asNullableString(raw.file),
     line: asNullableNumber(raw.line),
     reason: asString(raw.reason),
+    node: asNullableString(raw.node),
+    library: parseFrame(raw.library),
+    modulePath: asNullableString(raw.module_path),
+    moduleClass: asNullableString(raw.module_class),
+    elements: asNumber(raw.elements),
   };
+}
+
+function parseRefusal(value: unknown): RefusalGroup {
+  const raw = asRecord(value);
+  return {
+    op: asString(raw.op, "?"),
+    reason: asString(raw.reason),
+    count: asNumber(raw.count),
+    file: asNullableString(raw.file),
+    line: asNullableNumber(raw.line),
+    library: parseFrame(raw.library),
+    nodes: asStrings(raw.nodes),
+    modulePaths: asStrings(raw.module_paths),
+    modules: asNullableString(raw.modules),
+    moduleClass: asNullableString(raw.module_class),
+    boundaries: asNumber(raw.boundaries),
+    elements: asNumber(raw.elements),
+  };
+}
+
+function parseModule(value: unknown): ModuleCoverage {
+  const raw = asRecord(value);
+  return {
+    path: asString(raw.path),
+    moduleClass: asNullableString(raw.module_class),
+    ops: asNumber(raw.ops),
+    opsDelegated: asNumber(raw.ops_delegated),
+  };
+}
+
+function parsePartitionsIfFixed(value: unknown): number[] | null {
+  if (!Array.isArray(value) || value.length === 0) {
+    return null;
+  }
+  const counts = value.filter((n): n is number => typeof n === "number" && Number.isInteger(n));
+  return counts.length === value.length ? counts : null;
 }
 
 function parseSource(value: unknown): [string, number, string] | null {
@@ -159,6 +262,9 @@ export function parseMethod(value: unknown): MethodReport {
     backends: parseBackends(raw.backends),
     partitions: asArray(raw.partitions).map(parsePartition),
     notDelegated: asArray(raw.not_delegated).map(parseNotDelegated),
+    refusals: asArray(raw.refusals).map(parseRefusal),
+    modules: asArray(raw.modules).map(parseModule),
+    partitionsIfFixed: parsePartitionsIfFixed(raw.partitions_if_fixed),
   };
 }
 

@@ -7,8 +7,17 @@
 
 import * as path from "node:path";
 
-import { methodSummary } from "./coverage";
-import { isBuilt, type MethodReport, type NotDelegatedOp, type Report, type TargetResult } from "./report";
+import { fixesHint, methodSummary, percentOf } from "./coverage";
+import {
+  isBuilt,
+  type LibraryFrame,
+  type MethodReport,
+  type ModuleCoverage,
+  type NotDelegatedOp,
+  type RefusalGroup,
+  type Report,
+  type TargetResult,
+} from "./report";
 
 export interface PageOptions {
   /** The webview's `cspSource`; null for a standalone file. */
@@ -89,27 +98,133 @@ function summarizeCache(outcomes: (string | null)[]): string {
   return [...counts.entries()].map(([word, n]) => `${n} ${word}`).join(", ");
 }
 
+/** `LlamaRMSNorm` of `transformers.models.llama.modeling_llama.LlamaRMSNorm`. */
+function shortClass(name: string | null): string | null {
+  return name ? (name.split(".").pop() ?? name) : null;
+}
+
+/**
+ * Where a library made an op: `LlamaRMSNorm.forward` and a link to its line (the file is
+ * absolute when in site-packages; the link opens it).
+ */
+function madeIn(library: LibraryFrame | null, moduleClass: string | null): string {
+  if (!library) {
+    return "";
+  }
+  const cls = shortClass(moduleClass);
+  const fn = library.function === "forward" && cls ? `${cls}.forward` : library.function;
+  const label = escapeHtml(`${path.basename(library.file)}:${library.line}`);
+  const link =
+    `<a class="source" href="#" title="${escapeHtml(library.file)}" ` +
+    `data-file="${escapeHtml(library.file)}" data-line="${library.line}">${label}</a>`;
+  return fn ? `<code>${escapeHtml(fn)}</code> ${link}` : link;
+}
+
+function moduleCell(modules: string | null, moduleClass: string | null): string {
+  const cls = shortClass(moduleClass);
+  const parts = [modules ? `<code>${escapeHtml(modules)}</code>` : "", cls ? `<span class="muted">${escapeHtml(cls)}</span>` : ""];
+  return parts.filter(Boolean).join(" ");
+}
+
+function times(op: string, count: number): string {
+  return `<code>${escapeHtml(op)}</code>${count === 1 ? "" : ` ×${count}`}`;
+}
+
 function notDelegatedTable(ops: NotDelegatedOp[]): string {
   if (ops.length === 0) {
     return `<p class="all-delegated">Every op is delegated.</p>`;
   }
+  const located = ops.some((op) => op.library !== null || op.modulePath !== null);
   const rows = ops.map(
     (op) =>
       `<tr><td><code>${escapeHtml(op.op)}</code></td><td>${sourceLink(op.file, op.line)}</td>` +
+      (located
+        ? `<td>${madeIn(op.library, op.moduleClass)}</td><td>${moduleCell(op.modulePath, op.moduleClass)}</td>`
+        : "") +
       `<td>${escapeHtml(op.reason)}</td></tr>`,
   );
+  const more = located ? `<th>made in</th><th>module</th>` : "";
   return (
-    `<table class="refused"><thead><tr><th>not delegated</th><th>at</th><th>why</th></tr></thead>` +
+    `<table class="refused"><thead><tr><th>not delegated</th><th>at</th>${more}<th>why</th></tr></thead>` +
     `<tbody>${rows.join("")}</tbody></table>`
   );
 }
 
+/** The ops left on the CPU by cause, most costly first, as the server ranked them. */
+function refusalsTable(groups: RefusalGroup[]): string {
+  const rows = groups.map(
+    (group, index) =>
+      `<tr><td class="num">${index + 1}</td><td>${times(group.op, group.count)}</td>` +
+      `<td>${sourceLink(group.file, group.line)}</td><td>${madeIn(group.library, group.moduleClass)}</td>` +
+      `<td>${moduleCell(group.modules, group.moduleClass)}</td>` +
+      `<td class="num">${group.boundaries}</td><td>${escapeHtml(group.reason)}</td></tr>`,
+  );
+  return (
+    `<table class="refusals"><thead><tr><th class="num">#</th><th>not delegated</th><th>at</th>` +
+    `<th>made in</th><th>modules</th>` +
+    `<th class="num" title="partition boundaries these ops cause">splits</th><th>why</th></tr></thead>` +
+    `<tbody>${rows.join("")}</tbody></table>`
+  );
+}
+
+const MODULES_OPEN = 40;
+
+/** How many of the listed paths are ancestors of `modulePath` ("" is everyone's). */
+function depthAmong(modulePath: string, listed: Set<string>): number {
+  if (modulePath === "") {
+    return 0;
+  }
+  const parts = modulePath.split(".");
+  let depth = listed.has("") ? 1 : 0;
+  for (let end = 1; end < parts.length; end++) {
+    depth += listed.has(parts.slice(0, end).join(".")) ? 1 : 0;
+  }
+  return depth;
+}
+
+/** Coverage per module path, parents before children, each indented under its listed parents. */
+function modulesTable(modules: ModuleCoverage[]): string {
+  const listed = new Set(modules.map((module) => module.path));
+  const rows = modules.map((module) => {
+    const depth = depthAmong(module.path, listed);
+    const percent = percentOf(module.opsDelegated, module.ops);
+    const name = module.path === "" ? "(model)" : module.path;
+    const full = module.ops > 0 && module.opsDelegated >= module.ops;
+    return (
+      `<tr${full ? ` class="full"` : ""}><td style="padding-left:${depth}em"><code>${escapeHtml(name)}</code></td>` +
+      `<td>${escapeHtml(shortClass(module.moduleClass) ?? "")}</td>` +
+      `<td class="num">${module.opsDelegated} of ${module.ops}</td><td class="num">${percent} %</td>` +
+      `<td><div class="bar small"><div class="fill" style="width:${percent}%"></div></div></td></tr>`
+    );
+  });
+  return (
+    `<details class="modules"${modules.length <= MODULES_OPEN ? " open" : ""}>` +
+    `<summary>Coverage per module (${modules.length})</summary>` +
+    `<table class="modules"><thead><tr><th>module</th><th>class</th><th class="num">delegated</th>` +
+    `<th class="num"></th><th></th></tr></thead><tbody>${rows.join("")}</tbody></table></details>`
+  );
+}
+
+function refusedSection(method: MethodReport): string {
+  if (method.refusals.length === 0 || method.notDelegated.length === 0) {
+    return notDelegatedTable(method.notDelegated);
+  }
+  return (
+    refusalsTable(method.refusals) +
+    `<details class="every-op"><summary>Every op left on the CPU (${method.notDelegated.length})</summary>` +
+    `${notDelegatedTable(method.notDelegated)}</details>`
+  );
+}
+
 function methodSection(name: string, method: MethodReport): string {
+  const hint = fixesHint(method);
   return (
     `<section class="method"><h3>${escapeHtml(methodSummary(name, method))}</h3>` +
     coverageBar(method) +
+    (hint ? `<p class="fixes">${escapeHtml(hint)}</p>` : "") +
     backendTable(method) +
-    notDelegatedTable(method.notDelegated) +
+    refusedSection(method) +
+    (method.modules.length > 0 ? modulesTable(method.modules) : "") +
     `</section>`
   );
 }
@@ -200,6 +315,11 @@ a.source:hover { text-decoration: underline; }
 .error-box { border-left: 3px solid var(--vscode-errorForeground, #cf222e); padding: 2px 10px; }
 .bar { height: 8px; width: 320px; background: var(--vscode-editorWidget-background, #eaeef2); border-radius: 4px; overflow: hidden; }
 .fill { height: 100%; background: var(--vscode-charts-green, #2da44e); }
+.bar.small { width: 120px; height: 6px; margin-top: 5px; }
+.fixes { color: var(--vscode-charts-blue, #0969da); margin: 6px 0; }
+details { margin: 6px 0 10px; }
+summary { cursor: pointer; font-weight: 600; }
+tr.full td { color: var(--vscode-descriptionForeground, #656d76); }
 .building { color: var(--vscode-charts-blue, #0969da); }
 .all-delegated { color: var(--vscode-charts-green, #1a7f37); }
 `;

@@ -55,6 +55,9 @@ describe("parseReport", () => {
       backends: {},
       partitions: [],
       notDelegated: [],
+      refusals: [],
+      modules: [],
+      partitionsIfFixed: null,
     });
   });
 

@@ -1,0 +1,181 @@
+/**
+ * Issue 11's report fields: refused ops' library lines and module paths, refusal groups ranked
+ * most costly first, per-module coverage, and what fixing the top groups would do.
+ */
+
+import { describe, expect, it } from "vitest";
+
+import { fixesHint, partitionCount } from "../src/coverage";
+import { parseMethod, parseReport } from "../src/report";
+import { renderReportPage } from "../src/reportHtml";
+
+const LIBRARY = "/venv/lib/python3.11/site-packages/transformers/models/llama/modeling_llama.py";
+const MEAN = "mean.dim only supports averaging 4D tensors, got tensor of rank 3";
+
+function op(name: string, layer: number, reason: string, line: number): Record<string, unknown> {
+  return {
+    op: name,
+    file: "models/llama.py",
+    line: 12,
+    reason,
+    node: `${name}_${layer}`,
+    library: { file: LIBRARY, line, function: "forward" },
+    module_path: `model.layers.${layer}.input_layernorm`,
+    module_class: "transformers.models.llama.modeling_llama.LlamaRMSNorm",
+    elements: 64,
+  };
+}
+
+function group(name: string, reason: string, line: number, boundaries: number): Record<string, unknown> {
+  return {
+    op: name,
+    reason,
+    count: 4,
+    file: "models/llama.py",
+    line: 12,
+    library: { file: LIBRARY, line, function: "forward" },
+    nodes: [0, 1, 2, 3].map((i) => `${name}_${i}`),
+    module_paths: [0, 1, 2, 3].map((i) => `model.layers.${i}.input_layernorm`),
+    modules: "model.layers.{0..3}.input_layernorm",
+    module_class: "LlamaRMSNorm",
+    boundaries,
+    elements: 256,
+  };
+}
+
+/** A method JSON as the server sends it (report_model.MethodReport), four Llama layers. */
+const METHOD = {
+  ops: 40,
+  ops_delegated: 32,
+  coverage: 0.8,
+  backends: { XNNPACK: { ops: 32, partitions: 5 } },
+  partitions: [],
+  not_delegated: [0, 1, 2, 3].flatMap((i) => [
+    op("aten.add.Scalar", i, "no XNNPACK support for aten.add.Scalar", 69),
+    op("aten.mean.dim", i, MEAN, 68),
+  ]),
+  refusals: [
+    group("aten.add.Scalar", "no XNNPACK support for aten.add.Scalar", 69, 4),
+    group("aten.mean.dim", MEAN, 68, 0),
+  ],
+  modules: [
+    { path: "", module_class: "LlamaForCausalLM", ops: 40, ops_delegated: 32 },
+    { path: "model", module_class: "LlamaModel", ops: 38, ops_delegated: 30 },
+    { path: "model.layers.*.input_layernorm", module_class: "LlamaRMSNorm", ops: 12, ops_delegated: 4 },
+    { path: "model.layers.*.mlp", module_class: "LlamaMLP", ops: 8, ops_delegated: 8 },
+  ],
+  final: true,
+  provisional: false,
+};
+
+describe("parsing issue 11's fields", () => {
+  const method = parseMethod(METHOD);
+
+  it("reads library frames, module paths and elements of refused ops", () => {
+    expect(method.notDelegated[0]).toEqual({
+      op: "aten.add.Scalar",
+      file: "models/llama.py",
+      line: 12,
+      reason: "no XNNPACK support for aten.add.Scalar",
+      node: "aten.add.Scalar_0",
+      library: { file: LIBRARY, line: 69, function: "forward" },
+      modulePath: "model.layers.0.input_layernorm",
+      moduleClass: "transformers.models.llama.modeling_llama.LlamaRMSNorm",
+      elements: 64,
+    });
+  });
+
+  it("reads refusal groups in the server's order and the module tree", () => {
+    expect(method.refusals.map((g) => [g.op, g.count, g.boundaries, g.modules])).toEqual([
+      ["aten.add.Scalar", 4, 4, "model.layers.{0..3}.input_layernorm"],
+      ["aten.mean.dim", 4, 0, "model.layers.{0..3}.input_layernorm"],
+    ]);
+    expect(method.refusals[0]!.library).toEqual({ file: LIBRARY, line: 69, function: "forward" });
+    expect(method.modules[2]).toEqual({
+      path: "model.layers.*.input_layernorm",
+      moduleClass: "LlamaRMSNorm",
+      ops: 12,
+      opsDelegated: 4,
+    });
+    expect(method.partitionsIfFixed).toBeNull();
+  });
+
+  it("tolerates an older server's report and junk in the new fields", () => {
+    const old = parseMethod({ ops: 2, not_delegated: [{ op: "aten.cumsum.default", reason: "no" }] });
+    expect(old.refusals).toEqual([]);
+    expect(old.modules).toEqual([]);
+    expect(old.notDelegated[0]).toMatchObject({ library: null, modulePath: null, moduleClass: null, elements: 0 });
+    const junk = parseMethod({
+      refusals: [{ library: "x", nodes: [1, "a"] }],
+      modules: "x",
+      partitions_if_fixed: [3, "x"],
+    });
+    expect(junk.refusals[0]).toMatchObject({ op: "?", library: null, nodes: ["a"], count: 0 });
+    expect(junk.modules).toEqual([]);
+    expect(junk.partitionsIfFixed).toBeNull();
+  });
+});
+
+describe("fixesHint", () => {
+  it("counts the top groups that leave the fewest partitions, as the server's lens says", () => {
+    const counted = parseMethod({ ...METHOD, partitions_if_fixed: [3, 1, 1] });
+    expect(partitionCount(counted)).toBe(5);
+    expect(fixesHint(counted)).toBe("2 fixes would make this 1 partition");
+    expect(fixesHint(parseMethod({ ...METHOD, partitions_if_fixed: [4] }))).toBe("1 fix would make this 4 partitions");
+    expect(fixesHint(parseMethod({ ...METHOD, partitions_if_fixed: [5] }))).toBeNull();
+  });
+
+  it("estimates from the groups' boundaries without the server's count", () => {
+    expect(fixesHint(parseMethod(METHOD))).toBe("1 fix would make this 1 partition");
+    expect(fixesHint(parseMethod({ ...METHOD, refusals: [] }))).toBeNull();
+    const one = { ...METHOD, backends: { XNNPACK: { ops: 32, partitions: 1 } } };
+    expect(fixesHint(parseMethod(one))).toBeNull();
+  });
+});
+
+describe("the report page", () => {
+  const report = parseReport({
+    config: "/project/pyproject.toml",
+    targets: [{ name: "llama", status: "ok", methods: { forward: METHOD } }],
+  });
+  const html = renderReportPage(report, { cspSource: null, nonce: "n", projectName: "p" });
+
+  it("ranks refusal groups with the library line that made them and their modules", () => {
+    const table = html.slice(html.indexOf('<table class="refusals">'));
+    expect(table.indexOf("aten.add.Scalar")).toBeLessThan(table.indexOf("aten.mean.dim"));
+    expect(html).toContain("<code>aten.add.Scalar</code> ×4");
+    expect(html).toContain(
+      `<code>LlamaRMSNorm.forward</code> <a class="source" href="#" title="${LIBRARY}" ` +
+        `data-file="${LIBRARY}" data-line="69">modeling_llama.py:69</a>`,
+    );
+    expect(html).toContain("<code>model.layers.{0..3}.input_layernorm</code>");
+    expect(html).toContain('data-file="models/llama.py" data-line="12"');
+  });
+
+  it("keeps every op, folded, and says what fixing the top groups would do", () => {
+    expect(html).toContain("<summary>Every op left on the CPU (8)</summary>");
+    expect(html).toContain('<p class="fixes">1 fix would make this 1 partition</p>');
+  });
+
+  it("shows coverage per module, each under its listed parents", () => {
+    expect(html).toContain("<summary>Coverage per module (4)</summary>");
+    expect(html).toContain(
+      '<td style="padding-left:2em"><code>model.layers.*.input_layernorm</code></td><td>LlamaRMSNorm</td>' +
+        '<td class="num">4 of 12</td><td class="num">33 %</td>',
+    );
+    expect(html).toContain('<tr class="full"><td style="padding-left:2em"><code>model.layers.*.mlp</code>');
+    expect(html).toContain("<code>(model)</code>");
+  });
+
+  it("shows an older server's report as before: each op, no module table", () => {
+    const old = renderReportPage(
+      parseReport({
+        targets: [{ name: "t", status: "ok", methods: { forward: { ...METHOD, refusals: undefined, modules: undefined } } }],
+      }),
+      { cspSource: null, nonce: "n", projectName: "p" },
+    );
+    expect(old).not.toContain('class="refusals"');
+    expect(old).not.toContain("Coverage per module");
+    expect(old).toContain("<th>made in</th><th>module</th>");
+  });
+});
