@@ -124,6 +124,92 @@ test("build_summary says how each target went", function()
   equal(report.build_summary({ error = "unknown targets: x", targets = {} }), "unknown targets: x")
 end)
 
+-- Issue 11's fields: four layers' RMSNorm made a mean and an add in a library, each grouped.
+local LIB = "/venv/site-packages/transformers/modeling_llama.py"
+local function norm_op(op, layer, line)
+  return { op = op, file = "models/llama.py", line = 12, reason = op .. " refused", node = op .. layer,
+    library = { file = LIB, line = line, ["function"] = "forward" },
+    module_path = "model.layers." .. layer .. ".input_layernorm",
+    module_class = "transformers.LlamaRMSNorm", elements = 64 }
+end
+local function norm_group(op, line, boundaries)
+  return { op = op, reason = op .. " refused", count = 4, file = "models/llama.py", line = 12,
+    library = { file = LIB, line = line, ["function"] = "forward" },
+    nodes = { op .. 0, op .. 1, op .. 2, op .. 3 },
+    modules = "model.layers.{0..3}.input_layernorm", module_class = "LlamaRMSNorm",
+    boundaries = boundaries, elements = 256 }
+end
+local LLAMA = {
+  ops = 40, ops_delegated = 32,
+  backends = { XNNPACK = { ops = 32, partitions = 5 } },
+  not_delegated = {},
+  refusals = { norm_group("aten.add.Scalar", 69, 4), norm_group("aten.mean.dim", 68, 0) },
+  modules = {
+    { path = "", module_class = "LlamaForCausalLM", ops = 40, ops_delegated = 32 },
+    { path = "model", module_class = "x.LlamaModel", ops = 38, ops_delegated = 30 },
+    { path = "model.layers.*.input_layernorm", module_class = "LlamaRMSNorm", ops = 12, ops_delegated = 4 },
+  },
+}
+for layer = 0, 3 do
+  table.insert(LLAMA.not_delegated, norm_op("aten.mean.dim", layer, 68))
+  table.insert(LLAMA.not_delegated, norm_op("aten.add.Scalar", layer, 69))
+end
+-- A fifth add on another line of the user's, in the add group too.
+table.insert(LLAMA.not_delegated, vim.tbl_extend("force", norm_op("aten.add.Scalar", 9, 69),
+  { line = 30, module_path = "model.norm" }))
+table.insert(LLAMA.refusals[1].nodes, "aten.add.Scalar9")
+local LLAMA_RESULT = { targets = { { name = "llama", status = "ok", methods = { forward = LLAMA } } } }
+
+test("fixes_hint counts the top groups leaving the fewest partitions, as the lens says", function()
+  equal(report.fixes_hint(LLAMA), "1 fix would make this 1 partition")
+  equal(report.fixes_hint(vim.tbl_extend("force", LLAMA, { partitions_if_fixed = { 4, 1, 1 } })),
+    "2 fixes would make this 1 partition")
+  equal(report.fixes_hint(vim.tbl_extend("force", LLAMA, { partitions_if_fixed = { 5 } })), nil)
+  equal(report.fixes_hint(RESULT.targets[1].methods.forward), nil) -- no groups: an older server
+end)
+
+test("quickfix lists refusal groups most costly first, per user line, with their library line", function()
+  local items = report.quickfix(LLAMA_RESULT, "/p")
+  equal(#items, 6)
+  equal(items[1], { filename = "/p/models/llama.py", lnum = 12, type = "W",
+    text = "llama.forward: aten.add.Scalar ×4 not delegated: aten.add.Scalar refused"
+      .. " (in LlamaRMSNorm.forward of model.layers.{0..3}.input_layernorm)" })
+  equal(items[2], { filename = LIB, lnum = 69, type = "I",
+    text = "llama.forward: aten.add.Scalar ×4 made here, in LlamaRMSNorm.forward" })
+  equal({ items[3].lnum, items[3].text:match("×%d") }, { 30, nil })
+  equal(items[5].text:match("^llama.forward: aten.mean.dim ×4"), "llama.forward: aten.mean.dim ×4")
+  equal({ items[6].filename, items[6].lnum }, { LIB, 68 })
+end)
+
+test("summary_chunks and module_lines say what fixing would do and coverage per module", function()
+  equal(report.summary_chunks(LLAMA_RESULT)[1][1],
+    "llama · forward: 32 of 40 ops on XNNPACK in 5 partitions (80 %); 1 fix would make this 1 partition\n")
+  equal(report.module_lines(LLAMA_RESULT), {
+    "llama · forward: 32 of 40 ops on XNNPACK in 5 partitions (80 %); 1 fix would make this 1 partition",
+    "  (model)                             32 of 40   80 %  LlamaForCausalLM",
+    "    model                             30 of 38   78 %  LlamaModel",
+    "      model.layers.*.input_layernorm   4 of 12   33 %  LlamaRMSNorm",
+    "",
+  })
+  equal(report.module_lines(RESULT)[2], "  (no per-module coverage in this report)")
+end)
+
+test("related_items turns lowerd's relatedInformation into location-list items", function()
+  local uri = vim.uri_from_fname(LIB)
+  local diagnostics = {
+    { source = "lowerd", user_data = { lsp = { relatedInformation = {
+      { location = { uri = uri, range = { start = { line = 68, character = 8 } } },
+        message = "aten.add.Scalar ×4 in LlamaRMSNorm.forward" },
+    } } } },
+    { source = "pyright", user_data = { lsp = { relatedInformation = {
+      { location = { uri = uri, range = { start = { line = 1, character = 0 } } }, message = "x" },
+    } } } },
+    { source = "lowerd", user_data = { lsp = { relatedInformation = vim.NIL } } },
+  }
+  equal(report.related_items(diagnostics), { { filename = LIB, lnum = 69, col = 9, type = "I",
+    text = "aten.add.Scalar ×4 in LlamaRMSNorm.forward" } })
+end)
+
 test("has_lowerd_config finds [tool.lowerd] tables only", function()
   equal(project.has_lowerd_config("[project]\n\n[tool.lowerd]\nbackends = []\n"), true)
   equal(project.has_lowerd_config("[tool.lowerd.targets.a]\n"), true)

@@ -279,6 +279,50 @@ function M.report()
   end)
 end
 
+local MODULES_BUFFER = "lowerd://modules"
+
+-- Opens (or refreshes) a scratch buffer with the coverage per module of each target and method.
+function M.modules()
+  with_client(function(client)
+    execute(client, "lowerd.report", {}, function(result)
+      state.reports[client.config.root_dir] = result
+      vim.schedule(function()
+        local bufnr = vim.fn.bufnr(MODULES_BUFFER)
+        if bufnr == -1 then
+          bufnr = vim.api.nvim_create_buf(false, true)
+          vim.api.nvim_buf_set_name(bufnr, MODULES_BUFFER)
+          vim.bo[bufnr].bufhidden = "hide"
+        end
+        vim.bo[bufnr].modifiable = true
+        vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, report.module_lines(result))
+        vim.bo[bufnr].modifiable = false
+        local window = vim.fn.bufwinid(bufnr)
+        if window == -1 then
+          vim.cmd("botright split")
+          vim.api.nvim_win_set_buf(0, bufnr)
+        else
+          vim.api.nvim_set_current_win(window)
+        end
+      end)
+    end)
+  end)
+end
+
+-- The library lines that made the refused ops of the cursor's line (the relatedInformation of
+-- lowerd's diagnostics there) in the location list; jumps to the first. Returns the items.
+function M.related()
+  local bufnr = vim.api.nvim_get_current_buf()
+  local line = vim.api.nvim_win_get_cursor(0)[1] - 1
+  local items = report.related_items(vim.diagnostic.get(bufnr, { lnum = line }))
+  if #items == 0 then
+    notify("no library lines for this line", vim.log.levels.INFO)
+    return items
+  end
+  vim.fn.setloclist(0, {}, " ", { title = "lowerd: made in", items = items })
+  vim.cmd("lfirst")
+  return items
+end
+
 function M.restart()
   for _, client in ipairs(lowerd_clients(nil)) do
     call(client, "stop")
@@ -339,6 +383,10 @@ function M.setup(options)
   end, { nargs = "?", complete = complete_targets, desc = "lowerd: build a target (all without one)" })
   vim.api.nvim_create_user_command("LowerdBuildAll", M.build_all, { desc = "lowerd: build every target" })
   vim.api.nvim_create_user_command("LowerdReport", M.report, { desc = "lowerd: delegation report" })
+  vim.api.nvim_create_user_command("LowerdModules", M.modules,
+    { desc = "lowerd: coverage per module" })
+  vim.api.nvim_create_user_command("LowerdRelated", M.related,
+    { desc = "lowerd: the library lines that made this line's refused ops" })
   vim.api.nvim_create_user_command("LowerdRestart", M.restart, { desc = "lowerd: restart the server" })
   -- Buffers opened before setup() (e.g. `nvim model.py` with setup in a later plugin file).
   for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do

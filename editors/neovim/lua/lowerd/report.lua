@@ -15,6 +15,10 @@ local function plural(count, noun)
   return count == 1 and (count .. " " .. noun) or (count .. " " .. noun .. "s")
 end
 
+local function times(op, count)
+  return count == 1 and op or string.format("%s ×%d", op, count)
+end
+
 -- Rounded down, so that 100 % means every op is delegated.
 function M.percent(delegated, ops)
   if ops <= 0 then
@@ -72,6 +76,49 @@ function M.method_summary(name, method)
     table.concat(each, ", "), percent)
 end
 
+local function partition_count(method)
+  local count = 0
+  for _, totals in pairs(value(method.backends) or {}) do
+    count = count + (value(totals.partitions) or 0)
+  end
+  return count
+end
+
+-- "3 fixes would make this 1 partition": how many of the top refusal groups (in the report's
+-- order) must be delegated to leave the fewest partitions, as the server's coverage lens says.
+-- From the server's count (partitions_if_fixed) when the report has it, else estimated from the
+-- groups' partition boundaries. nil when no fix would merge partitions.
+function M.fixes_hint(method)
+  local current = partition_count(method)
+  if current <= 1 then
+    return nil
+  end
+  local fewest, fixes = current, 0
+  local counted = value(method.partitions_if_fixed)
+  if type(counted) == "table" and #counted > 0 then
+    for index, count in ipairs(counted) do
+      if type(count) == "number" and count < fewest then
+        fewest, fixes = count, index
+      end
+    end
+  else
+    for _, group in ipairs(value(method.refusals) or {}) do
+      if fewest <= 1 then
+        break
+      end
+      local boundaries = value(group.boundaries) or 0
+      if boundaries > 0 then
+        fewest, fixes = math.max(1, fewest - boundaries), fixes + 1
+      end
+    end
+  end
+  if fewest >= current then
+    return nil
+  end
+  return string.format("%d %s would make this %s", fixes, fixes == 1 and "fix" or "fixes",
+    plural(fewest, "partition"))
+end
+
 local function absolute(root, file)
   if file:sub(1, 1) == "/" then
     return file
@@ -108,13 +155,186 @@ function M.quickfix(result, root)
       })
     end
     for _, method in ipairs(sorted_keys(target.methods)) do
-      for _, op in ipairs(value(target.methods[method].not_delegated) or {}) do
-        local file = value(op.file)
+      for _, cause in ipairs(M.causes(target.methods[method])) do
+        local label = target.name .. "." .. method
         table.insert(items, {
-          filename = file and absolute(root, file) or nil,
-          lnum = value(op.line) or 1,
-          text = string.format("%s.%s: %s not delegated: %s", target.name, method, op.op, op.reason),
+          filename = cause.file and absolute(root, cause.file) or nil,
+          lnum = cause.line or 1,
+          text = string.format("%s: %s not delegated: %s%s", label, times(cause.op, cause.count),
+            cause.reason, cause.where ~= "" and (" (" .. cause.where .. ")") or ""),
           type = "W",
+        })
+        if cause.library then
+          table.insert(items, {
+            filename = absolute(root, cause.library.file),
+            lnum = cause.library.line,
+            text = string.format("%s: %s made here%s", label, times(cause.op, cause.count),
+              cause.function_name and (", in " .. cause.function_name) or ""),
+            type = "I",
+          })
+        end
+      end
+    end
+  end
+  return items
+end
+
+local function short_class(name)
+  name = value(name)
+  return name and name:match("([^.]+)$") or nil
+end
+
+local function frame(raw)
+  raw = value(raw)
+  if type(raw) ~= "table" or type(value(raw.file)) ~= "string" then
+    return nil
+  end
+  return { file = raw.file, line = value(raw.line) or 1, ["function"] = value(raw["function"]) }
+end
+
+-- "LlamaRMSNorm.forward" (the library function, qualified by the module's class when it is that
+-- module's forward), and " in LlamaRMSNorm.forward of model.layers.{0..3}.input_layernorm".
+local function describe(library, module_class, modules)
+  local cls = short_class(module_class)
+  local fn = library and library["function"]
+  if fn == "forward" and cls then
+    fn = cls .. ".forward"
+  end
+  local parts = {}
+  if fn then
+    table.insert(parts, "in " .. fn)
+  end
+  if modules then
+    table.insert(parts, (fn and "of " or "in ") .. modules)
+  elseif cls and not fn then
+    table.insert(parts, "in " .. cls)
+  end
+  return fn, table.concat(parts, " ")
+end
+
+-- The method's refused ops by cause and user line, most costly first: each refusal group of the
+-- report (in its order) at each user line its ops come from, then the ops no group names, as
+-- they come. Each: {op, reason, count, file, line, library, function_name, where}.
+function M.causes(method)
+  local ops = value(method.not_delegated) or {}
+  local groups = value(method.refusals) or {}
+  local by_node = {}
+  for _, op in ipairs(ops) do
+    if value(op.node) then
+      by_node[op.node] = op
+    end
+  end
+  local causes, claimed = {}, {}
+  local function add(op, reason, count, file, line, library, module_class, modules)
+    local fn, where = describe(library, module_class, modules)
+    table.insert(causes, { op = op, reason = reason, count = count, file = file, line = line,
+      library = library, function_name = fn, where = where })
+  end
+  for _, group in ipairs(groups) do
+    local lines, order = {}, {}
+    for _, node in ipairs(value(group.nodes) or {}) do
+      local op = by_node[node]
+      if op and not claimed[node] then
+        claimed[node] = true
+        local key = tostring(value(op.file)) .. ":" .. tostring(value(op.line))
+        if not lines[key] then
+          lines[key] = { file = value(op.file), line = value(op.line), count = 0 }
+          table.insert(order, key)
+        end
+        lines[key].count = lines[key].count + 1
+      end
+    end
+    if #order == 0 then -- a group whose ops the report does not list: at its own line
+      lines.own = { file = value(group.file), line = value(group.line), count = value(group.count) or 0 }
+      order = { "own" }
+    end
+    for _, key in ipairs(order) do
+      local at = lines[key]
+      add(group.op, group.reason, at.count, at.file, at.line, frame(group.library),
+        value(group.module_class), value(group.modules))
+    end
+  end
+  for _, op in ipairs(ops) do
+    if not (value(op.node) and claimed[op.node]) then
+      add(op.op, op.reason, 1, value(op.file), value(op.line), frame(op.library),
+        value(op.module_class), value(op.module_path))
+    end
+  end
+  return causes
+end
+
+-- The report's per-module coverage as text lines, per target and method: each module under its
+-- listed parents, with its class and delegated ops.
+function M.module_lines(result)
+  local lines = {}
+  for _, target in ipairs(targets(result)) do
+    for _, name in ipairs(sorted_keys(target.methods)) do
+      local method = target.methods[name]
+      local hint = M.fixes_hint(method)
+      table.insert(lines, target.name .. " · " .. M.method_summary(name, method)
+        .. (hint and ("; " .. hint) or ""))
+      local modules = value(method.modules) or {}
+      local listed = {}
+      for _, module in ipairs(modules) do
+        listed[module.path] = true
+      end
+      local width, counts_width = 0, 0
+      local rows = {}
+      for _, module in ipairs(modules) do
+        local path = value(module.path) or ""
+        local depth = 0
+        if path ~= "" then
+          depth = listed[""] and 1 or 0
+          local prefix = nil
+          for part in path:gmatch("[^.]+") do
+            if prefix and listed[prefix] then
+              depth = depth + 1
+            end
+            prefix = prefix and (prefix .. "." .. part) or part
+          end
+        end
+        local label = string.rep("  ", depth + 1) .. (path == "" and "(model)" or path)
+        local ops, delegated = value(module.ops) or 0, value(module.ops_delegated) or 0
+        local counts = string.format("%d of %d", delegated, ops)
+        width = math.max(width, vim.fn.strdisplaywidth(label))
+        counts_width = math.max(counts_width, #counts)
+        table.insert(rows, { label = label, class = short_class(module.module_class) or "",
+          counts = counts, percent = M.percent(delegated, ops) })
+      end
+      for _, row in ipairs(rows) do
+        local pad = string.rep(" ", width - vim.fn.strdisplaywidth(row.label) + 2)
+          .. string.rep(" ", counts_width - #row.counts)
+        table.insert(lines, string.format("%s%s%s  %3d %%  %s", row.label, pad, row.counts,
+          row.percent, row.class))
+      end
+      if #modules == 0 then
+        table.insert(lines, "  (no per-module coverage in this report)")
+      end
+      table.insert(lines, "")
+    end
+  end
+  if #lines == 0 then
+    table.insert(lines, "lowerd: no targets built")
+  end
+  return lines
+end
+
+-- Location-list items of the relatedInformation of lowerd's diagnostics (vim.diagnostic.get's
+-- items): the library lines that made a line's refused ops.
+function M.related_items(diagnostics)
+  local items = {}
+  for _, diagnostic in ipairs(diagnostics) do
+    local lsp = diagnostic.user_data and diagnostic.user_data.lsp or {}
+    if diagnostic.source == "lowerd" then
+      for _, info in ipairs(value(lsp.relatedInformation) or {}) do
+        local location = info.location or {}
+        local start = (location.range or {}).start or {}
+        table.insert(items, {
+          filename = vim.uri_to_fname(location.uri),
+          lnum = (start.line or 0) + 1,
+          col = (start.character or 0) + 1,
+          text = info.message,
+          type = "I",
         })
       end
     end
@@ -139,8 +359,10 @@ function M.summary_chunks(result)
       table.insert(chunks, { target.name .. ": not built yet\n", "Comment" })
     else
       for _, method in ipairs(sorted_keys(target.methods)) do
+        local hint = M.fixes_hint(target.methods[method])
         table.insert(chunks, { target.name .. " · "
-          .. M.method_summary(method, target.methods[method]) .. "\n", "Normal" })
+          .. M.method_summary(method, target.methods[method])
+          .. (hint and ("; " .. hint) or "") .. "\n", "Normal" })
       end
     end
   end
