@@ -147,7 +147,8 @@ local LLAMA = {
   modules = {
     { path = "", module_class = "LlamaForCausalLM", ops = 40, ops_delegated = 32 },
     { path = "model", module_class = "x.LlamaModel", ops = 38, ops_delegated = 30 },
-    { path = "model.layers.*.input_layernorm", module_class = "LlamaRMSNorm", ops = 12, ops_delegated = 4 },
+    { path = "model.layers.*.input_layernorm", module_class = "LlamaRMSNorm", ops = 12, ops_delegated = 4,
+      instances = 4 },
   },
 }
 for layer = 0, 3 do
@@ -188,7 +189,7 @@ test("summary_chunks and module_lines say what fixing would do and coverage per 
     "llama · forward: 32 of 40 ops on XNNPACK in 5 partitions (80 %); 1 fix would make this 1 partition",
     "  (model)                             32 of 40   80 %  LlamaForCausalLM",
     "    model                             30 of 38   78 %  LlamaModel",
-    "      model.layers.*.input_layernorm   4 of 12   33 %  LlamaRMSNorm",
+    "      model.layers.*.input_layernorm   4 of 12   33 %  LlamaRMSNorm ×4",
     "",
   })
   equal(report.module_lines(RESULT)[2], "  (no per-module coverage in this report)")

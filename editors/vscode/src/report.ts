@@ -58,10 +58,13 @@ export interface RefusalGroup {
 
 /** Coverage of one module path's subtree; "" is the root. */
 export interface ModuleCoverage {
+  /** "model.layers.*.mlp" when aggregated over repeated layers. */
   path: string;
   moduleClass: string | null;
   ops: number;
   opsDelegated: number;
+  /** Module paths merged into this row: 4 for model.layers.* of 4 layers. */
+  instances: number;
 }
 
 export interface Partition {
@@ -213,6 +216,7 @@ function parseModule(value: unknown): ModuleCoverage {
     moduleClass: asNullableString(raw.module_class),
     ops: asNumber(raw.ops),
     opsDelegated: asNumber(raw.ops_delegated),
+    instances: asNumber(raw.instances, 1),
   };
 }
 

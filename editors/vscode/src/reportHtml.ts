@@ -192,7 +192,7 @@ function modulesTable(modules: ModuleCoverage[]): string {
     const full = module.ops > 0 && module.opsDelegated >= module.ops;
     return (
       `<tr${full ? ` class="full"` : ""}><td style="padding-left:${depth}em"><code>${escapeHtml(name)}</code></td>` +
-      `<td>${escapeHtml(shortClass(module.moduleClass) ?? "")}</td>` +
+      `<td>${escapeHtml(shortClass(module.moduleClass) ?? "")}${module.instances > 1 ? ` ×${module.instances}` : ""}</td>` +
       `<td class="num">${module.opsDelegated} of ${module.ops}</td><td class="num">${percent} %</td>` +
       `<td><div class="bar small"><div class="fill" style="width:${percent}%"></div></div></td></tr>`
     );

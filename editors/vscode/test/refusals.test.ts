@@ -61,8 +61,8 @@ const METHOD = {
   modules: [
     { path: "", module_class: "LlamaForCausalLM", ops: 40, ops_delegated: 32 },
     { path: "model", module_class: "LlamaModel", ops: 38, ops_delegated: 30 },
-    { path: "model.layers.*.input_layernorm", module_class: "LlamaRMSNorm", ops: 12, ops_delegated: 4 },
-    { path: "model.layers.*.mlp", module_class: "LlamaMLP", ops: 8, ops_delegated: 8 },
+    { path: "model.layers.*.input_layernorm", module_class: "LlamaRMSNorm", ops: 12, ops_delegated: 4, instances: 4 },
+    { path: "model.layers.*.mlp", module_class: "LlamaMLP", ops: 8, ops_delegated: 8, instances: 4 },
   ],
   final: true,
   provisional: false,
@@ -96,7 +96,9 @@ describe("parsing issue 11's fields", () => {
       moduleClass: "LlamaRMSNorm",
       ops: 12,
       opsDelegated: 4,
+      instances: 4,
     });
+    expect(method.modules[0]!.instances).toBe(1); // an older server's row: one module
     expect(method.partitionsIfFixed).toBeNull();
   });
 
@@ -160,7 +162,7 @@ describe("the report page", () => {
   it("shows coverage per module, each under its listed parents", () => {
     expect(html).toContain("<summary>Coverage per module (4)</summary>");
     expect(html).toContain(
-      '<td style="padding-left:2em"><code>model.layers.*.input_layernorm</code></td><td>LlamaRMSNorm</td>' +
+      '<td style="padding-left:2em"><code>model.layers.*.input_layernorm</code></td><td>LlamaRMSNorm ×4</td>' +
         '<td class="num">4 of 12</td><td class="num">33 %</td>',
     );
     expect(html).toContain('<tr class="full"><td style="padding-left:2em"><code>model.layers.*.mlp</code>');

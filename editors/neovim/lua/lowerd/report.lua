@@ -298,7 +298,10 @@ function M.module_lines(result)
         local counts = string.format("%d of %d", delegated, ops)
         width = math.max(width, vim.fn.strdisplaywidth(label))
         counts_width = math.max(counts_width, #counts)
-        table.insert(rows, { label = label, class = short_class(module.module_class) or "",
+        local instances = value(module.instances) or 1
+        local class = (short_class(module.module_class) or "")
+          .. (instances > 1 and (" ×" .. instances) or "")
+        table.insert(rows, { label = label, class = class,
           counts = counts, percent = M.percent(delegated, ops) })
       end
       for _, row in ipairs(rows) do
