@@ -493,8 +493,8 @@ def hover_markdown(results: Mapping[str, Mapping[str, Any]], root: Path, site: S
         modules = result.get("modules") or {}
         for method, report in (result.get("methods") or {}).items():
             fallback = site_of(modules.get(method), root) or site_of(result.get("entry"), root)
-            items = _delegated_at(report, root, site)
-            items += _refused_at(report, root, site, fallback)
+            # What stays on the CPU first: it is what the reader came for.
+            items = _refused_at(report, root, site, fallback) + _delegated_at(report, root, site)
             if items:
                 sections.append(f"**lowerd** · {target} · {method}\n\n" + "\n".join(items))
     return "\n\n---\n\n".join(sections) or None
@@ -537,8 +537,8 @@ def _cause_markdown(cause: LineCause, root: Path) -> str:
             where += f" at [{library.path.name}:{library.line}]({uri}#L{library.line})"
         details.append(where)
     if cause.modules:
-        module = f"`{cause.modules}`"
-        details.append(module + (f" ({cause.module_class})" if cause.module_class else ""))
+        named = cause.module_class and cause.module_class not in (cause.function or "")
+        details.append(f"`{cause.modules}`" + (f" ({cause.module_class})" if named else ""))
     elif cause.module_class:
         details.append(f"`{cause.module_class}`")
     group = cause.group or {}

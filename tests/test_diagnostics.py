@@ -435,9 +435,19 @@ def test_the_hover_shows_the_library_line_and_the_module_paths(root: Path, libra
         "- `aten.add.Scalar`: **not delegated**: no XNNPACK support ×4\n"
         f"  - in `LlamaRMSNorm.forward` at [modeling_llama.py:{add_line}]"
         f"({library.as_uri()}#L{add_line})"
-        " · `model.layers.{0..3}.input_layernorm` (LlamaRMSNorm)"
+        " · `model.layers.{0..3}.input_layernorm`"
     ) in hover
     assert hover.index("aten.add.Scalar") < hover.index("aten.mean.dim")  # the report's rank
+    # A module class the function does not name yet is said after the paths.
+    other = {**results["refused"]["methods"]["forward"]}
+    other["not_delegated"] = [
+        {**op, "library": {**op["library"], "function": "rms_norm"}}
+        for op in other["not_delegated"]
+    ]
+    hover = hover_markdown({"refused": ok_result(root, forward=other)}, root, mark(root, "norm"))
+    assert hover is not None
+    assert "in `rms_norm` at " in hover
+    assert "`model.layers.{0..3}.input_layernorm` (LlamaRMSNorm)" in hover
 
 
 def test_ops_without_a_user_line_are_in_the_hover_of_their_warnings_line(
