@@ -25,6 +25,7 @@ from lowerd.daemon.kill import kill_worker
 from lowerd.lowering.batch import Batch, TargetJson, failed_result
 from lowerd.lowering.config import ProjectConfig, TargetConfig, find_config
 from lowerd.lowering.project_store import store_for
+from lowerd.report_table import ReportView
 
 
 def run_build(
@@ -33,6 +34,7 @@ def run_build(
     as_json: bool,
     use_cache: bool,
     jobs: int,
+    view: ReportView | None = None,
 ) -> int:
     started = time.perf_counter()
     path = Path(config_path) if config_path else find_config(Path.cwd())
@@ -48,7 +50,7 @@ def run_build(
             if progress:
                 progress.clear()
     document, exit_code = batch.outcome()
-    print_outcome(document, as_json, time.perf_counter() - started)
+    print_outcome(document, as_json, time.perf_counter() - started, view)
     return exit_code
 
 

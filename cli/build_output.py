@@ -7,10 +7,12 @@ import json
 import sys
 from typing import Any
 
-from lowerd.report_table import format_report
+from lowerd.report_table import ReportView, format_report
 
 
-def print_outcome(document: dict[str, Any], as_json: bool, seconds: float) -> None:
+def print_outcome(
+    document: dict[str, Any], as_json: bool, seconds: float, view: ReportView | None = None
+) -> None:
     # On stderr in both forms: a cache that could not be used is worth a line, not a failure.
     for warning in document.get("warnings", []):
         sys.stderr.write(f"lowerd: {warning}\n")
@@ -18,7 +20,7 @@ def print_outcome(document: dict[str, Any], as_json: bool, seconds: float) -> No
         json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(format_report(document, seconds))
+        sys.stdout.write(format_report(document, seconds, view))
     sys.stdout.flush()
 
 

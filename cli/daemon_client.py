@@ -33,6 +33,7 @@ from lowerd.daemon.runtime import (
 )
 from lowerd.lowering.batch import EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE
 from lowerd.lowering.config import ProjectConfig, find_config, load_config, select_targets
+from lowerd.report_table import ReportView
 
 START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 15.0
@@ -68,6 +69,7 @@ def build_via_daemon(
     use_cache: bool,
     jobs: int,
     start: bool,
+    view: ReportView | None = None,
 ) -> int | None:
     """Build through the project's daemon: the running one, or with `start` a new one.
 
@@ -115,7 +117,7 @@ def build_via_daemon(
     if final["document"] is None:
         print(f"lowerd: {final['message']}", file=sys.stderr)
     else:
-        print_outcome(final["document"], as_json, time.perf_counter() - started)
+        print_outcome(final["document"], as_json, time.perf_counter() - started, view)
     return int(final["exit_code"])
 
 

@@ -59,6 +59,15 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--json", action="store_true", help="print the report as one JSON document")
     build.add_argument("--no-cache", action="store_true", help="preprocess every partition afresh")
     build.add_argument(
+        "--all",
+        action="store_true",
+        dest="all_ops",
+        help="list every op left on the CPU, instead of the costliest groups of them",
+    )
+    build.add_argument(
+        "--modules", action="store_true", help="show the coverage of each module subtree"
+    )
+    build.add_argument(
         "--jobs",
         "-j",
         type=_positive_int,
@@ -118,6 +127,9 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 def _run_build(args: argparse.Namespace) -> int:
     """Through the project's daemon when one runs (or --daemon starts one), else in-process."""
+    from lowerd.report_table import ReportView
+
+    view = ReportView(all_ops=args.all_ops, modules=args.modules)
     if not args.no_daemon:
         from lowerd.daemon_client import build_via_daemon  # torch-free: the daemon has it
 
@@ -125,6 +137,7 @@ def _run_build(args: argparse.Namespace) -> int:
             config_path=args.config,
             target_names=args.targets,
             as_json=args.json,
+            view=view,
             use_cache=not args.no_cache,
             # Warm workers make a job cheap; in-process, each extra job pays its own torch import.
             jobs=args.jobs or os.cpu_count() or 1,
@@ -138,6 +151,7 @@ def _run_build(args: argparse.Namespace) -> int:
         config_path=args.config,
         target_names=args.targets,
         as_json=args.json,
+        view=view,
         use_cache=not args.no_cache,
         jobs=args.jobs or 1,
     )

@@ -1,14 +1,30 @@
-"""The readable build report: a block per target, a line per method, then what stayed off."""
+"""The readable build report: a block per target, a line per method, then what stayed off.
+
+What stayed off is shown grouped by cause (lowering/refusals.py), most costly first: the groups
+that split partitions under "fix first", then the ones leaving the most work on the CPU, up to a
+few lines; `--all` lists every op instead, `--modules` adds the coverage of the module tree.
+"""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
+# Groups shown without --all: two lines each, so the refusals of a real model fit a screen.
+SHOWN_GROUPS = 6
 
-def format_report(document: dict[str, Any], seconds: float) -> str:
+
+@dataclass(frozen=True)
+class ReportView:
+    all_ops: bool = False  # every not-delegated op on a line of its own, not grouped
+    modules: bool = False  # the coverage of each module subtree
+
+
+def format_report(document: dict[str, Any], seconds: float, view: ReportView | None = None) -> str:
     lines: list[str] = []
     for target in document["targets"]:
-        lines.extend(_target_lines(target))
+        lines.extend(_target_lines(target, view or ReportView()))
     results = document["targets"]
     failed = sum(1 for t in results if t["status"] != "ok")
     built = len(results) - failed
@@ -19,17 +35,146 @@ def format_report(document: dict[str, Any], seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _target_lines(target: dict[str, Any]) -> list[str]:
+def _target_lines(target: dict[str, Any], view: ReportView) -> list[str]:
     if target["status"] != "ok":
         return [f"{target['name']}: FAILED", *_indent(_error_text(target["error"]), 2), ""]
     lines = [f"{target['name']}: {target['output']}  ({_how_built(target)})"]
     for name, method in target["methods"].items():
         lines.append(f"  {name}: {coverage_text(method)}")
-        for op in method["not_delegated"]:
-            where = f"{op['file']}:{op['line']}" if op["file"] else "(no user source line)"
-            lines.append(f"    not delegated  {op['op']:<28} {where:<28} {op['reason']}")
+        if view.modules:
+            lines.extend(_module_lines(method.get("modules") or []))
+        # A report stored by an older lowerd has no groups: its ops are listed one by one.
+        if view.all_ops or not method.get("refusals"):
+            lines.extend(_op_line(op) for op in method["not_delegated"])
+        else:
+            lines.extend(_group_lines(method))
     lines.append("")
     return lines
+
+
+def _op_line(op: dict[str, Any]) -> str:
+    where = f"{op['file']}:{op['line']}" if op["file"] else "(no user source line)"
+    line = f"    not delegated  {op['op']:<28} {where:<28} {op['reason']}"
+    origin = [_frame_text(op.get("library"), op.get("module_class")), op.get("module_path")]
+    origin = [part for part in origin if part]
+    return line + (f"  ({' in '.join(origin)})" if origin else "")
+
+
+def _group_lines(method: dict[str, Any]) -> list[str]:
+    """The costliest groups, two lines each: what and why, then where and what it costs."""
+    groups = method["refusals"]
+    shown = groups[:SHOWN_GROUPS]
+    splitting = [g for g in shown if g.get("boundaries")]
+    lines = []
+    if splitting:
+        lines.append(f"    fix first{_fix_first_note(method, len(splitting))}:")
+        lines.extend(line for group in splitting for line in _group_pair(group))
+    rest = [g for g in shown if not g.get("boundaries")]
+    if rest:
+        title = "also on the CPU" if splitting else "not delegated"
+        lines.append(f"    {title}, most work first:")
+        lines.extend(line for group in rest for line in _group_pair(group))
+    hidden = groups[len(shown) :]
+    if hidden:
+        ops = sum(g["count"] for g in hidden)
+        more = f"{len(hidden)} more group{'s' if len(hidden) != 1 else ''} ({_ops(ops)})"
+        lines.append(f"    … {more}; --all lists every op")
+    return lines
+
+
+def _fix_first_note(method: dict[str, Any], fixes: int) -> str:
+    """` (these 3 would leave 9 of 25 partitions)`, from the lowering's cumulative count."""
+    after = method.get("partitions_if_fixed") or []
+    partitions = sum(b.get("partitions", 0) for b in method.get("backends", {}).values())
+    if len(after) < fixes or not partitions:
+        return ""
+    these = "this one" if fixes == 1 else f"these {fixes}"
+    return f" ({these} would leave {after[fixes - 1]} of {partitions} partitions)"
+
+
+def _group_pair(group: dict[str, Any]) -> list[str]:
+    first = f"      {group['count']}× {group['op']}  {group['reason']}"
+    where = []
+    library = _frame_text(group.get("library"), group.get("module_class"))
+    if library:
+        where.append(library)
+    if group.get("modules"):
+        paths = len(group.get("module_paths") or [])
+        where.append(f"in {group['modules']}" + (f" (×{paths})" if paths > 1 else ""))
+    if group.get("file"):
+        where.append(f"from {group['file']}:{group['line']}")
+    cost = []
+    if group.get("boundaries"):
+        merges = group["boundaries"]
+        cost.append(f"merges {merges} partition{'s' if merges != 1 else ''}")
+    cost.append(f"{_quantity(group.get('elements') or 0)} elements")
+    second = "         " + " · ".join([*(where or ["(no source line)"]), ", ".join(cost)])
+    return [first, second]
+
+
+def _frame_text(frame: dict[str, Any] | None, module_class: str | None) -> str | None:
+    """`transformers/models/llama/modeling_llama.py:65 (LlamaRMSNorm.forward)`."""
+    if not frame:
+        return None
+    function = frame.get("function")
+    if function == "forward" and module_class:
+        function = f"{module_class}.forward"  # the innermost module's forward is running
+    text = f"{_library_file(frame['file'])}:{frame['line']}"
+    return f"{text} ({function})" if function else text
+
+
+def _library_file(file: str) -> str:
+    """A file of an installed package from its package folder on: the same on every machine."""
+    return re.split(r"/(?:site|dist)-packages/", file)[-1]
+
+
+def _module_lines(modules: list[dict[str, Any]]) -> list[str]:
+    """The module tree, a module per line under its parent, repeated layers as one (`*`)."""
+    lines = ["    modules (delegated ops of each subtree):"]
+    paths = [m["path"] for m in modules]
+    for module in modules:
+        parent = _parent_path(module["path"], paths)
+        depth = _depth(module["path"], paths)
+        name = module["path"][len(parent) + 1 :] if parent else module["path"] or "(root)"
+        label = f"{'  ' * depth}{name}"
+        if module.get("instances", 1) > 1:
+            label += f" ×{module['instances']}"
+        ops, delegated = module["ops"], module["ops_delegated"]
+        percent = f"{_percent(delegated, ops)} %"
+        cls = module.get("module_class") or ""
+        lines.append(f"      {label:<44} {cls:<24} {delegated:>5}/{ops:<5} {percent:>5}")
+    return lines
+
+
+def _parent_path(path: str, paths: list[str]) -> str:
+    """The longest other path that is a dotted prefix of this one ("" is the root's)."""
+    candidates = [p for p in paths if p != path and (p == "" or path.startswith(p + "."))]
+    return max(candidates, key=len, default="") if path else ""
+
+
+def _depth(path: str, paths: list[str]) -> int:
+    depth = 0
+    while path:
+        path = _parent_path(path, paths)
+        depth += 1
+    return depth
+
+
+def _percent(delegated: int, ops: int) -> int:
+    # Rounded down: "100 %" must mean every op of the subtree is delegated.
+    return 100 if ops and delegated >= ops else (delegated * 100 // ops if ops else 0)
+
+
+def _ops(count: int) -> str:
+    return f"{count} op{'s' if count != 1 else ''}"
+
+
+def _quantity(count: int) -> str:
+    """1234 -> "1.2k": elements are an estimate, three digits say enough."""
+    for size, unit in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
+        if count >= size:
+            return f"{count / size:.1f}{unit}"
+    return str(count)
 
 
 def _how_built(target: dict[str, Any]) -> str:

@@ -5,10 +5,15 @@ XNNPACK reports through WhyNoPartition: a DEBUG record on the
 `.node` and `.reason`, so it is read inside `emit`. Those checks also run during decomposition,
 when nothing is being partitioned; only calls inside partition() are kept. Vulkan reports through
 VulkanSupportedOperators.log_skip(node, reason).
+
+The partitioner's words come first; lowerd adds what they leave out, read from the node: which
+input has which dtype when XNNPACK says "invalid dtype", and, when a backend says nothing,
+whether it has no support for the op at all or has a config for it that declined.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections import defaultdict
 from collections.abc import Iterator
@@ -16,6 +21,9 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 XNNPACK_CONFIG_LOGGER = "executorch.backends.xnnpack.partition.config"
+# What XNNPACK's common constraints accept (XNNPartitionerConfig._check_node_has_valid_dtype);
+# quantized ops also take int8 and qint types, but their refusals are not "invalid dtype" alone.
+XNNPACK_DTYPES = ("float32", "float16")
 
 
 class PartitionReasons:
@@ -23,25 +31,40 @@ class PartitionReasons:
 
     def __init__(self) -> None:
         self.by_node: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        # backend -> the partitioner's configs by target name ("mean.dim"), for partitioners
+        # built from configs (XNNPACK): what tells "no support" from "declined" when silent.
+        self.configs: dict[str, dict[str, Any]] = {}
 
     def add(self, node: Any, backend: str, reason: str) -> None:
         said = self.by_node[node.name]
         if (backend, reason) not in said:
             said.append((backend, reason))
 
-    def reason_for(self, node_name: str, op: str, backends: list[str]) -> str:
-        """Each backend's word on a node; silence means the backend has no support for the op."""
-        said = self.by_node.get(node_name, [])
+    def reason_for(self, node: Any, op: str, backends: list[str]) -> str:
+        """Each backend's word on a node, made precise from the node where it is vague; silence
+        is told apart into no support for the op and a config that declined it."""
+        said = self.by_node.get(node.name, [])
         parts = []
         for backend in backends:
-            reasons = [reason for who, reason in said if who == backend]
-            text = "; ".join(reasons) if reasons else f"no {backend} support for {op}"
+            reasons = [_precise(backend, r, node) for who, r in said if who == backend]
+            text = "; ".join(reasons) if reasons else self._silence(backend, node, op)
             parts.append(text if len(backends) == 1 or not reasons else f"{backend}: {text}")
         return "; ".join(parts)
+
+    def _silence(self, backend: str, node: Any, op: str) -> str:
+        config = self.configs.get(backend, {}).get(_config_target(node))
+        if config is None:
+            return f"no {backend} support for {op}"
+        declined = f"{backend} has a config for {op} ({type(config).__name__}) but it declined"
+        constraint = _constraint_of(config)
+        return f"{declined}: {constraint}" if constraint else f"{declined} without a reason"
 
     def watch(self, partitioner: Any, backend: str) -> None:
         """Make `partitioner.partition` record its reasons into this collector."""
         partition = partitioner.partition
+        configs = getattr(partitioner, "target_partitioner_configs", None)
+        if isinstance(configs, dict):
+            self.configs[backend] = dict(configs)
 
         def partition_and_record(program: Any) -> Any:
             with self._listening(backend):
@@ -98,3 +121,75 @@ class PartitionReasons:
             yield
         finally:
             VulkanSupportedOperators.log_skip = original
+
+
+def _precise(backend: str, reason: str, node: Any) -> str:
+    """XNNPACK's "invalid dtype" names no dtype and no input: say which, from meta["val"]."""
+    if backend != "XNNPACK" or reason != "invalid dtype":
+        return reason
+    found = [f"{name} is {what}" for name, what in _off_dtypes(node)]
+    if not found:
+        return reason
+    return f"{reason}: {', '.join(found)} (XNNPACK takes {' or '.join(XNNPACK_DTYPES)})"
+
+
+def _off_dtypes(node: Any) -> list[tuple[str, str]]:
+    """(input or output, what it is) for each tensor XNNPACK's dtype check would refuse."""
+    found = []
+    for name, arg in _tensor_inputs(node):
+        val = arg.meta.get("val")
+        if val is None or isinstance(val, tuple):
+            continue  # XNNPACK's check skips these too
+        what = _dtype_problem(val)
+        if what:
+            found.append((f"input {name}", what))
+    outputs = node.meta.get("val")
+    for val in outputs if isinstance(outputs, tuple) else (outputs,):
+        what = _dtype_problem(val) if val is not None else None
+        if what:
+            found.append(("output", what))
+    return found
+
+
+def _dtype_problem(val: Any) -> str | None:
+    dtype = getattr(val, "dtype", None)
+    if dtype is None:  # a SymInt or a Python number where a tensor was expected
+        return f"a {type(val).__name__}, not a tensor"
+    name = str(dtype).removeprefix("torch.")
+    if name not in XNNPACK_DTYPES:
+        return name
+    numel = val.numel()
+    return f"an empty {name} tensor" if isinstance(numel, int) and numel == 0 else None
+
+
+def _tensor_inputs(node: Any) -> list[tuple[str, Any]]:
+    """(argument name, input node) as the op's schema names them: `self`, `tensors[1]`."""
+    schema = getattr(node.target, "_schema", None)
+    names = [argument.name for argument in schema.arguments] if schema else []
+    inputs = []
+    for index, arg in enumerate(node.args):
+        name = names[index] if index < len(names) else f"#{index}"
+        if isinstance(arg, list | tuple):
+            inputs += [(f"{name}[{i}]", a) for i, a in enumerate(arg) if hasattr(a, "meta")]
+        elif hasattr(arg, "meta"):
+            inputs.append((name, arg))
+    return inputs
+
+
+def _config_target(node: Any) -> str:
+    """The key ExecuTorch's ConfigerationBasedPartitioner looks a node's config up by
+    (format_target_name): the op's name without its namespace, `mean.dim`."""
+    names = getattr(node.target, "__name__", str(node.target)).split(".")
+    return ".".join(names[1:] if len(names) > 2 else names)
+
+
+def _constraint_of(config: Any) -> str | None:
+    """The constraint a config documents on its own check_constraints (CatConfig: "Only support
+    concatenation of 2 - 5 tensors"); None when it documents none."""
+    # The check in effect is the first one up the class's MRO; its docstring, not an inherited
+    # one (inspect.getdoc would give the abstract base's "Takes in a node and returns true…").
+    owner = next((c for c in type(config).__mro__ if "check_constraints" in c.__dict__), None)
+    check = owner.__dict__["check_constraints"] if owner else None
+    doc = inspect.cleandoc(check.__doc__) if check is not None and check.__doc__ else ""
+    first = doc.split("\n\n")[0]
+    return " ".join(first.split()) or None

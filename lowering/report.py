@@ -16,8 +16,17 @@ from executorch.devtools.backend_debug import get_delegation_info
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 
 from lowerd.lowering.backends import backend_by_details_class
+from lowerd.lowering.module_coverage import (
+    ModuleStack,
+    module_coverage,
+    module_of,
+    module_stack,
+    qualified_class,
+)
+from lowerd.lowering.partition_graph import PartitionGraph
 from lowerd.lowering.preprocess_cache import PreprocessCache
 from lowerd.lowering.reasons import PartitionReasons
+from lowerd.lowering.refusals import output_elements, refusal_groups
 from lowerd.lowering.report_model import MethodReport, NotDelegatedOp, PartitionSummary
 from lowerd.lowering.source_map import UserFiles
 
@@ -63,17 +72,22 @@ def method_report(
         ops_delegated=0,
         coverage=0.0,
     )
+    modules: list[tuple[ModuleStack, bool]] = []
     for node in graph_module.graph.nodes:
         lowered = _lowered_module(graph_module, node)
         if lowered is not None:
             record = preprocess.outcome_of_blob(lowered.processed_bytes) if preprocess else None
             nodes = lowered.original_module.graph.nodes
-            _add_partition(
-                report, _display(lowered.backend_id), nodes, record and record.outcome, user_files
-            )
+            display = _display(lowered.backend_id)
+            _add_partition(report, display, nodes, record and record.outcome, user_files, modules)
         elif not is_bookkeeping(node):
             report.not_delegated.append(_not_delegated(node, user_files, reasons, backend_names))
-    return _with_totals(report)
+            modules.append((module_stack(node.meta), False))
+
+    def partition_of(node: torch.fx.Node) -> tuple[str, str] | None:
+        return _delegate_call(graph_module, node)
+
+    return _finished(report, PartitionGraph(graph_module.graph, partition_of), modules)
 
 
 def partitioned_report(
@@ -86,19 +100,41 @@ def partitioned_report(
     """The report as soon as the last partitioner tagged the method, before any preprocess."""
     report = MethodReport(0, 0, 0, ops=0, ops_delegated=0, coverage=0.0, final=False)
     tagged: dict[str, list[torch.fx.Node]] = {}
+    modules: list[tuple[ModuleStack, bool]] = []
     for node in graph_module.graph.nodes:
         lowered = _lowered_module(graph_module, node)
         if lowered is not None:  # taken by an earlier partitioner
             nodes = lowered.original_module.graph.nodes
-            _add_partition(report, _display(lowered.backend_id), nodes, None, user_files)
-        elif "delegation_tag" in node.meta and node.op == "call_function":
-            tagged.setdefault(node.meta["delegation_tag"], []).append(node)
+            display = _display(lowered.backend_id)
+            _add_partition(report, display, nodes, None, user_files, modules)
+        elif _tag(node) is not None:
+            tagged.setdefault(_tag(node), []).append(node)
         elif not is_bookkeeping(node):
             report.not_delegated.append(_not_delegated(node, user_files, reasons, backend_names))
+            modules.append((module_stack(node.meta), False))
     for nodes in tagged.values():
-        _add_partition(report, backend, nodes, None, user_files)
+        _add_partition(report, backend, nodes, None, user_files, modules)
     report.subgraphs = len(report.partitions)
-    return _with_totals(report)
+
+    def partition_of(node: torch.fx.Node) -> tuple[str, str] | None:
+        tag = _tag(node)
+        return (tag, backend) if tag is not None else _delegate_call(graph_module, node)
+
+    return _finished(report, PartitionGraph(graph_module.graph, partition_of), modules)
+
+
+def _tag(node: torch.fx.Node) -> str | None:
+    return node.meta.get("delegation_tag") if node.op == "call_function" else None
+
+
+def _delegate_call(
+    graph_module: torch.fx.GraphModule, node: torch.fx.Node
+) -> tuple[str, str] | None:
+    """(partition id, backend) of an executorch_call_delegate node: a partition of the graph."""
+    if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return None
+    lowered = _lowered_module(graph_module, node.args[0])
+    return (node.args[0].name, _display(lowered.backend_id)) if lowered is not None else None
 
 
 def _lowered_module(
@@ -121,10 +157,12 @@ def _add_partition(
     nodes: Iterable[torch.fx.Node],
     cache: str | None,
     user_files: UserFiles,
+    modules: list[tuple[ModuleStack, bool]],
 ) -> None:
     ops = [node for node in nodes if not is_bookkeeping(node)]
     sources = []
     for node in ops:
+        modules.append((module_stack(node.meta), True))
         source = user_files.innermost_in_stack_trace(node.meta.get("stack_trace"))
         if source:
             sources.append([user_files.display(source.file), source.line, op_name(node)])
@@ -135,9 +173,13 @@ def _add_partition(
     report.ops_delegated += len(ops)
 
 
-def _with_totals(report: MethodReport) -> MethodReport:
+def _finished(
+    report: MethodReport, graph: PartitionGraph, modules: list[tuple[ModuleStack, bool]]
+) -> MethodReport:
     report.ops = report.ops_delegated + len(report.not_delegated)
     report.coverage = round(report.ops_delegated / report.ops, 4) if report.ops else 0.0
+    report.refusals, report.partitions_if_fixed = refusal_groups(report.not_delegated, graph)
+    report.modules = module_coverage(modules)
     return report
 
 
@@ -145,11 +187,21 @@ def _not_delegated(
     node: torch.fx.Node, user_files: UserFiles, reasons: PartitionReasons, backend_names: list[str]
 ) -> NotDelegatedOp:
     name = op_name(node)
-    source = user_files.innermost_in_stack_trace(node.meta.get("stack_trace"))
+    stack_trace = node.meta.get("stack_trace")
+    source = user_files.innermost_in_stack_trace(stack_trace)
+    library = user_files.innermost_library_frame(stack_trace)
+    if library is None and source is None and qualified_class(node.meta):
+        # Only generated code in the trace (a region export inlined): the module's forward.
+        library = user_files.library_forward(qualified_class(node.meta))
+    module_path, module_class = module_of(node.meta)
     return NotDelegatedOp(
         op=name,
         file=user_files.display(source.file) if source else None,
         line=source.line if source else None,
-        reason=reasons.reason_for(node.name, name, backend_names),
+        reason=reasons.reason_for(node, name, backend_names),
         node=node.name,
+        library=library,
+        module_path=module_path,
+        module_class=module_class,
+        elements=output_elements(node.meta.get("val")),
     )

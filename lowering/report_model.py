@@ -59,6 +59,7 @@ class ModuleCoverage:
     module_class: str | None
     ops: int
     ops_delegated: int
+    instances: int = 1  # module paths merged into this row: 4 for model.layers.* of 4 layers
 
     @property
     def coverage(self) -> float:
@@ -90,6 +91,10 @@ class MethodReport:
     refusals: list[RefusalGroup] = field(default_factory=list)
     # Coverage over the module tree, parents before children.
     modules: list[ModuleCoverage] = field(default_factory=list)
+    # Partitions left after delegating the ops of the top 1, 2, … refusal groups (in their
+    # order): what an editor's lens needs for "3 fixes would make this 1 partition". A fix
+    # whose ops join no partition counts as a partition of its own.
+    partitions_if_fixed: list[int] = field(default_factory=list)
     # False for the report made as soon as partitioning is done, before preprocess: its
     # get_delegation_info counts (delegated_nodes, ...) are 0 and its partitions have no cache.
     final: bool = True
@@ -114,7 +119,8 @@ class MethodReport:
         )
 
     def with_lines_moved(self, moves: dict[tuple[str, int], tuple[str, int]]) -> MethodReport:
-        for op in self.not_delegated:
+        """The user's lines moved to where the code is now; library lines stay where they are."""
+        for op in [*self.not_delegated, *self.refusals]:
             if op.file is not None and op.line is not None:
                 op.file, op.line = moves.get((op.file, op.line), (op.file, op.line))
         for partition in self.partitions:

@@ -6,12 +6,16 @@ library frames (torch.nn, executorch) are skipped so that a warning lands on the
 
 from __future__ import annotations
 
+import inspect
 import re
+import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+from lowerd.lowering.report_model import Frame
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<function>\S+))?')
 _NOT_USER_PARTS = {"site-packages", "dist-packages", ".venv", "venv", "__pycache__"}
 
 
@@ -52,6 +56,40 @@ class UserFiles:
             return None
         frames = [(m["file"], int(m["line"])) for m in _FRAME.finditer(stack_trace)]
         return self._innermost(frames)
+
+    def innermost_library_frame(self, stack_trace: str | None) -> Frame | None:
+        """The innermost frame of a node's stack trace when it is not the user's: the library
+        line that made the op (transformers' LlamaRMSNorm.forward), with its function.
+
+        Frames of generated code (`<eval_with_key>.77`: what export inlines a region such as
+        an autocast block from) name no file to open, so the innermost real file is taken.
+        """
+        for match in reversed(list(_FRAME.finditer(stack_trace or ""))):
+            file = match["file"]
+            if file.startswith("<"):
+                continue
+            if self.owns(file):
+                return None  # the user's own line is the op's origin: reported as file/line
+            return Frame(self.display(file), int(match["line"]), match["function"])
+        return None
+
+    def library_forward(self, qualified_class: str) -> Frame | None:
+        """The `def forward` line of a library's module class (`pkg.mod.Class`), for ops whose
+        stack trace holds generated code only: their module is then all that is known of them.
+        Never imports anything: a class the build did not load is not looked for."""
+        module_name, _, class_name = qualified_class.rpartition(".")
+        forward = getattr(getattr(sys.modules.get(module_name), class_name, None), "forward", None)
+        if forward is None:
+            return None
+        try:
+            forward = inspect.unwrap(forward)  # transformers decorates some (rotary embeddings)
+            file = inspect.getsourcefile(forward)
+            _, line = inspect.getsourcelines(forward)
+        except (OSError, TypeError, ValueError):
+            return None
+        if not file or self.owns(file):
+            return None
+        return Frame(self.display(file), line, f"{class_name}.forward")
 
     def innermost_in_exception(self, error: BaseException) -> SourceLine | None:
         """The innermost user frame of an exception, its causes, or the frames its message cites.
