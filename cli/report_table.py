@@ -93,23 +93,26 @@ def _fix_first_note(method: dict[str, Any], fixes: int) -> str:
 
 
 def _group_pair(group: dict[str, Any]) -> list[str]:
-    first = f"      {group['count']}× {group['op']}  {group['reason']}"
+    """`9× aten.mean.dim  <reason>  (merges 8 partitions, 576 elements)`, then where: the
+    library line, the modules it repeats over and the user's line."""
+    cost = []
+    if group.get("boundaries"):
+        merges = group["boundaries"]
+        cost.append(f"merges {merges} partition{'s' if merges != 1 else ''}")
+    cost.append(f"{_quantity(group.get('elements') or 0)} elements")
+    first = f"      {group['count']}× {group['op']}  {group['reason']}  ({', '.join(cost)})"
     where = []
     library = _frame_text(group.get("library"), group.get("module_class"))
     if library:
         where.append(library)
     if group.get("modules"):
         paths = len(group.get("module_paths") or [])
-        where.append(f"in {group['modules']}" + (f" (×{paths})" if paths > 1 else ""))
+        # ×n when the ops repeat over fewer modules than there are ops (6 per attention layer)
+        repeats = f" (×{paths})" if 1 < paths < group["count"] else ""
+        where.append(f"in {group['modules']}{repeats}")
     if group.get("file"):
         where.append(f"from {group['file']}:{group['line']}")
-    cost = []
-    if group.get("boundaries"):
-        merges = group["boundaries"]
-        cost.append(f"merges {merges} partition{'s' if merges != 1 else ''}")
-    cost.append(f"{_quantity(group.get('elements') or 0)} elements")
-    second = "         " + " · ".join([*(where or ["(no source line)"]), ", ".join(cost)])
-    return [first, second]
+    return [first, "         " + " · ".join(where or ["(no source line)"])]
 
 
 def _frame_text(frame: dict[str, Any] | None, module_class: str | None) -> str | None:

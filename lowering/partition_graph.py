@@ -25,6 +25,8 @@ PartitionOf = Callable[[torch.fx.Node], tuple[str, str] | None]
 
 
 class PartitionGraph:
+    """Vertices: partitions and CPU ops; edges: data flow between them, by node name."""
+
     def __init__(self, graph: torch.fx.Graph, partition_of: PartitionOf):
         self.unit_of: dict[str, str] = {}  # node name -> vertex
         self.backend: dict[str, str] = {}  # partition vertex -> backend
@@ -44,7 +46,7 @@ class PartitionGraph:
             for other in after:
                 self.pred[other].add(unit)
         self._baseline = _Merges(self, frozenset())
-        self._baseline.merge_all(self._edges_between_delegated(self.backend))
+        self._baseline.merge_all(self._edges_around(self.backend))
 
     def _unit(self, node: torch.fx.Node, partition_of: PartitionOf) -> str:
         partition = partition_of(node)
@@ -75,7 +77,7 @@ class PartitionGraph:
         for fixed_nodes in fixes:
             fixed = self._cpu_units(fixed_nodes) - merges.fixed
             merges.fixed |= fixed
-            merges.merge_all(self._edges_between_delegated(fixed))
+            merges.merge_all(self._edges_around(fixed))
             merged = baseline - merges.components_with_partitions()
             left = self.partitions - merged + merges.components_of_fixed_only()
             impacts.append(Impact(merged, left))
@@ -85,7 +87,8 @@ class PartitionGraph:
         units = (self.unit_of.get(name) for name in node_names)
         return frozenset(u for u in units if u is not None and u not in self.backend)
 
-    def _edges_between_delegated(self, around: Iterable[str]) -> list[tuple[str, str]]:
+    def _edges_around(self, around: Iterable[str]) -> list[tuple[str, str]]:
+        """Every edge at these vertices; merge_all skips those to ops left on the CPU."""
         return [(unit, other) for unit in around for other in self.succ[unit] | self.pred[unit]]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
+from functools import partial
 
 import torch
 from executorch.devtools.backend_debug import get_delegation_info
@@ -31,6 +32,8 @@ from lowerd.lowering.report_model import MethodReport, NotDelegatedOp, Partition
 from lowerd.lowering.source_map import UserFiles
 
 _BOOKKEEPING_OPS = ("sym_size", "sym_numel", "sym_stride", "sym_storage_offset", "_assert")
+
+_ModuleOp = tuple[int, ModuleStack, bool]  # (debug handle, module stack, delegated)
 
 
 def op_name(node: torch.fx.Node) -> str:
@@ -72,7 +75,7 @@ def method_report(
         ops_delegated=0,
         coverage=0.0,
     )
-    modules: list[tuple[ModuleStack, bool]] = []
+    modules: list[_ModuleOp] = []
     for node in graph_module.graph.nodes:
         lowered = _lowered_module(graph_module, node)
         if lowered is not None:
@@ -82,12 +85,10 @@ def method_report(
             _add_partition(report, display, nodes, record and record.outcome, user_files, modules)
         elif not is_bookkeeping(node):
             report.not_delegated.append(_not_delegated(node, user_files, reasons, backend_names))
-            modules.append((module_stack(node.meta), False))
+            modules.append(_module_op(node, delegated=False))
 
-    def partition_of(node: torch.fx.Node) -> tuple[str, str] | None:
-        return _delegate_call(graph_module, node)
-
-    return _finished(report, PartitionGraph(graph_module.graph, partition_of), modules)
+    graph = PartitionGraph(graph_module.graph, partial(_delegate_call, graph_module))
+    return _finished(report, graph, modules)
 
 
 def partitioned_report(
@@ -100,7 +101,7 @@ def partitioned_report(
     """The report as soon as the last partitioner tagged the method, before any preprocess."""
     report = MethodReport(0, 0, 0, ops=0, ops_delegated=0, coverage=0.0, final=False)
     tagged: dict[str, list[torch.fx.Node]] = {}
-    modules: list[tuple[ModuleStack, bool]] = []
+    modules: list[_ModuleOp] = []
     for node in graph_module.graph.nodes:
         lowered = _lowered_module(graph_module, node)
         if lowered is not None:  # taken by an earlier partitioner
@@ -111,7 +112,7 @@ def partitioned_report(
             tagged.setdefault(_tag(node), []).append(node)
         elif not is_bookkeeping(node):
             report.not_delegated.append(_not_delegated(node, user_files, reasons, backend_names))
-            modules.append((module_stack(node.meta), False))
+            modules.append(_module_op(node, delegated=False))
     for nodes in tagged.values():
         _add_partition(report, backend, nodes, None, user_files, modules)
     report.subgraphs = len(report.partitions)
@@ -157,12 +158,12 @@ def _add_partition(
     nodes: Iterable[torch.fx.Node],
     cache: str | None,
     user_files: UserFiles,
-    modules: list[tuple[ModuleStack, bool]],
+    modules: list[_ModuleOp],
 ) -> None:
     ops = [node for node in nodes if not is_bookkeeping(node)]
     sources = []
     for node in ops:
-        modules.append((module_stack(node.meta), True))
+        modules.append(_module_op(node, delegated=True))
         source = user_files.innermost_in_stack_trace(node.meta.get("stack_trace"))
         if source:
             sources.append([user_files.display(source.file), source.line, op_name(node)])
@@ -174,13 +175,21 @@ def _add_partition(
 
 
 def _finished(
-    report: MethodReport, graph: PartitionGraph, modules: list[tuple[ModuleStack, bool]]
+    report: MethodReport, graph: PartitionGraph, modules: list[_ModuleOp]
 ) -> MethodReport:
     report.ops = report.ops_delegated + len(report.not_delegated)
     report.coverage = round(report.ops_delegated / report.ops, 4) if report.ops else 0.0
     report.refusals, report.partitions_if_fixed = refusal_groups(report.not_delegated, graph)
-    report.modules = module_coverage(modules)
+    # In graph order (debug handles number the nodes as exported, inside partitions too), so the
+    # module tree lists siblings as the model runs them, in both reports.
+    modules.sort(key=lambda op: op[0])
+    report.modules = module_coverage((stack, delegated) for _, stack, delegated in modules)
     return report
+
+
+def _module_op(node: torch.fx.Node, delegated: bool) -> _ModuleOp:
+    handle = node.meta.get("debug_handle")
+    return (handle if isinstance(handle, int) else 0, module_stack(node.meta), delegated)
 
 
 def _not_delegated(
