@@ -1,8 +1,10 @@
 """Neovim end to end: headless `nvim` with editors/neovim drives the real `python -m lowerd serve`.
 
 On a copy of tests/projects/nvim, the driver (editors/neovim/test/e2e.lua) opens the model, waits
-for lowerd's not-delegated diagnostics on both refused lines, rewrites the pow line to `x * x`,
-writes the file, and waits for that line's diagnostic to go while the cumsum one stays.
+for lowerd's not-delegated diagnostics on the refused lines, runs :LowerdRelated on the norm line
+(ops torch.nn's RMSNorm made: the location list of the library lines, and the jump to the first),
+rewrites the pow line to `x * x`, writes the file, and waits for that line's diagnostic to go
+while the cumsum one stays.
 Lines are found by their `# LINE-MARK: <name>` comments (tests/projects/README.md).
 """
 
@@ -74,6 +76,7 @@ def run_driver(tmp_path: Path) -> tuple[dict[str, Any], str]:
         "LOWERD_NVIM_FILE": str(model),
         "LOWERD_NVIM_EDIT_LINE": str(line_of(model, "nvim.pow")),
         "LOWERD_NVIM_KEEP_LINE": str(line_of(model, "nvim.cumsum")),
+        "LOWERD_NVIM_RELATED_LINE": str(line_of(model, "nvim.norm")),
         "LOWERD_NVIM_EDIT_FROM": "x**3",
         "LOWERD_NVIM_EDIT_TO": "x * x",
         "LOWERD_NVIM_RESULT": str(result_file),
@@ -130,10 +133,31 @@ def test_diagnostics_appear_then_follow_the_edit(session: tuple[dict[str, Any], 
     assert "x * x" in model.read_text().splitlines()[pow_line - 1]  # :write wrote it
 
 
+def test_the_library_lines_of_a_lines_ops_in_the_location_list(
+    session: tuple[dict[str, Any], str, Path],
+):
+    """The norm line's warning carries relatedInformation at RMSNorm.forward's line in torch.nn;
+    :LowerdRelated lists it and jumps there."""
+    result, log, model = session
+    assert result["ok"], f"{result['message']}\n{log}"
+    norm_line = line_of(model, "nvim.norm")
+    [warning] = [d for d in result["before"] if d["line"] == norm_line]
+    assert warning["code"] == "not-delegated" and warning["related"] == 2
+    related = result["related"]
+    normalization = Path(related["items"][0]["filename"])
+    assert normalization.parts[-3:] == ("nn", "modules", "normalization.py")
+    assert all(Path(item["filename"]) == normalization for item in related["items"])
+    assert all("RMSNorm.forward" in item["text"] for item in related["items"])
+    source = normalization.read_text().splitlines()
+    assert all("F.rms_norm(" in source[item["lnum"] - 1] for item in related["items"])
+    assert Path(related["jumped_to"]).resolve() == normalization.resolve()
+    assert related["jumped_line"] == related["items"][0]["lnum"]
+
+
 def test_phases_in_order(session: tuple[dict[str, Any], str, Path]):
     result, log, _ = session
     names = [phase["name"] for phase in result["phases"]]
-    assert names == ["attached", "diagnostics", "after-write"], log
+    assert names == ["attached", "diagnostics", "related", "after-write"], log
     assert all(phase["ok"] for phase in result["phases"]), log
 
 

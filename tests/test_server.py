@@ -13,6 +13,7 @@ deadline, helpers.DEADLINE, that only guards against a hang; nothing measures ti
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import shutil
 import socket
@@ -26,6 +27,7 @@ import pytest
 import pytest_asyncio
 from lsprotocol import types
 from pygls.protocol import default_converter
+from pygls.uris import to_fs_path
 from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 
@@ -34,7 +36,7 @@ from helpers import DEADLINE, PROJECTS, async_wait_until, line_marks, write_text
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.e2e]
 
 PROJECT = PROJECTS / "editor"
-TARGETS = ["net", "refused"]
+TARGETS = ["net", "norms", "refused"]
 BUILD_STARTED, BUILD_FINISHED = "lowerd/buildStarted", "lowerd/buildFinished"
 # The editor's settings at start; a test that changes one, changes it back.
 SETTINGS = {"notDelegatedSeverity": "warning", "workerTimeout": None, "workerMemoryLimit": None}
@@ -345,6 +347,49 @@ async def test_code_lens_and_hover(editor: Editor) -> None:
     assert await hover("refused.module") is None
 
 
+async def test_ops_made_in_a_library_link_its_line_from_the_users_line(editor: Editor) -> None:
+    """Issue 11: norms' RMSNorm mean and add are made in torch.nn's normalization.py. The
+    warning sits at the user's line and carries relatedInformation at RMSNorm.forward's line (a
+    click in the editor opens it), with the layers' module paths collapsed; the hover says the
+    same; the coverage lens says how many fixes would leave one partition."""
+    editor.open("models/norms.py")
+    await editor.until("norm warning", lambda: editor.at("norms.norm", "not-delegated"))
+    [warning] = editor.at("norms.norm", "not-delegated")
+    assert "aten.mean.dim ×3" in warning.message and "aten.add.Scalar ×3" in warning.message
+    normalization = torch_file("nn", "modules", "normalization.py")
+    related = warning.related_information or []
+    assert len(related) == 2, warning
+    for info in related:
+        assert os.path.realpath(to_fs_path(info.location.uri) or "") == str(normalization)
+        line = normalization.read_text().splitlines()[info.location.range.start.line]
+        assert "F.rms_norm(" in line, line
+        assert "RMSNorm.forward of layers.{0..2}.norm" in info.message, info.message
+
+    relative, line = editor.line("norms.norm")
+    hover = await editor.client.text_document_hover_async(
+        types.HoverParams(
+            types.TextDocumentIdentifier(editor.uri(relative)), types.Position(line - 1, 8)
+        )
+    )
+    assert hover is not None
+    assert "in `RMSNorm.forward` at [normalization.py:" in hover.contents.value
+    assert "· `layers.{0..2}.norm`" in hover.contents.value
+
+    relative, _ = editor.line("norms.entry")
+    lenses = await editor.client.text_document_code_lens_async(
+        types.CodeLensParams(types.TextDocumentIdentifier(editor.uri(relative)))
+    )
+    titles = [lens.command.title for lens in lenses if lens.command]
+    assert any("in 4 partitions" in t and "would make this 1 partition" in t for t in titles)
+
+
+def torch_file(*parts: str) -> Path:
+    """A file of the installed torch, found without importing it."""
+    spec = importlib.util.find_spec("torch")
+    assert spec is not None and spec.submodule_search_locations
+    return Path(os.path.realpath(Path(spec.submodule_search_locations[0], *parts)))
+
+
 async def test_not_delegated_severity_follows_the_setting(editor: Editor) -> None:
     """A settings change re-publishes what is shown; nothing is rebuilt for it."""
     since = len(editor.events)
@@ -371,7 +416,7 @@ async def test_commands_report_and_build(editor: Editor) -> None:
         types.ExecuteCommandParams(command="lowerd.report")
     )
     targets = {t["name"]: t for t in report["targets"]}
-    assert set(targets) == {"net", "refused"}
+    assert set(targets) == set(TARGETS)
     assert targets["refused"]["methods"]["forward"]["ops_delegated"] == 2
     built = await editor.client.workspace_execute_command_async(
         types.ExecuteCommandParams(command="lowerd.build", arguments=["net"])

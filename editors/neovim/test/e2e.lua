@@ -4,10 +4,14 @@
 -- refused op's line, rewrites that line, writes the file, and waits for the diagnostic to go
 -- while the other refused op's stays. Writes what it saw as JSON to $LOWERD_NVIM_RESULT and quits.
 --
+-- Before the edit, on the line of ops a library made, :LowerdRelated's location list (the
+-- diagnostic's relatedInformation) and where its first item jumps.
+--
 -- Environment: LOWERD_NVIM_RTP (editors/neovim), LOWERD_NVIM_PYTHON, LOWERD_NVIM_FILE (the
 -- model), LOWERD_NVIM_EDIT_LINE / LOWERD_NVIM_KEEP_LINE (1-based lines of the op edited away and
--- of the op that stays), LOWERD_NVIM_EDIT_FROM / LOWERD_NVIM_EDIT_TO (plain text replaced on the
--- edited line), LOWERD_NVIM_RESULT, LOWERD_NVIM_TIMEOUT_MS (per wait).
+-- of the op that stays), LOWERD_NVIM_RELATED_LINE (a line whose ops a library made),
+-- LOWERD_NVIM_EDIT_FROM / LOWERD_NVIM_EDIT_TO (plain text replaced on the edited line),
+-- LOWERD_NVIM_RESULT, LOWERD_NVIM_TIMEOUT_MS (per wait).
 
 local env = vim.env
 vim.opt.runtimepath:prepend(env.LOWERD_NVIM_RTP)
@@ -17,6 +21,7 @@ vim.lsp.set_log_level("warn")
 local timeout = tonumber(env.LOWERD_NVIM_TIMEOUT_MS or "300000")
 local edit_line = tonumber(env.LOWERD_NVIM_EDIT_LINE)
 local keep_line = tonumber(env.LOWERD_NVIM_KEEP_LINE)
+local related_line = tonumber(env.LOWERD_NVIM_RELATED_LINE)
 local started = vim.loop.hrtime()
 local result = { nvim = tostring(vim.version().major .. "." .. vim.version().minor .. "."
   .. vim.version().patch), phases = {} }
@@ -35,7 +40,7 @@ local function finish(ok, message)
   vim.cmd("qall!")
 end
 
--- lowerd's diagnostics in the buffer: {line (1-based), code, severity, message}.
+-- lowerd's diagnostics in the buffer: {line (1-based), code, severity, message, related}.
 local function lowerd_diagnostics(bufnr)
   local found = {}
   for _, diagnostic in ipairs(vim.diagnostic.get(bufnr)) do
@@ -46,6 +51,7 @@ local function lowerd_diagnostics(bufnr)
         code = diagnostic.code or lsp.code,
         severity = diagnostic.severity,
         message = diagnostic.message,
+        related = #(lsp.relatedInformation or {}),
       })
     end
   end
@@ -96,11 +102,28 @@ local ok, err = pcall(function()
 
   if not wait_for("diagnostics", function()
     return not_delegated_at(bufnr, edit_line) and not_delegated_at(bufnr, keep_line)
+      and not_delegated_at(bufnr, related_line)
   end) then
     result.before = lowerd_diagnostics(bufnr)
-    return finish(false, "no not-delegated diagnostics on both refused lines")
+    return finish(false, "no not-delegated diagnostics on the three refused lines")
   end
   result.before = lowerd_diagnostics(bufnr)
+
+  -- :LowerdRelated on the line of the library's ops: the location list, and the first item's
+  -- file and line once it jumped there.
+  local window = vim.api.nvim_get_current_win()
+  vim.api.nvim_win_set_cursor(window, { related_line, 0 })
+  local items = require("lowerd").related()
+  table.insert(result.phases, { name = "related", ok = #items > 0, seconds = seconds() })
+  result.related = {
+    items = items,
+    jumped_to = vim.api.nvim_buf_get_name(vim.api.nvim_get_current_buf()),
+    jumped_line = vim.api.nvim_win_get_cursor(0)[1],
+  }
+  if #items == 0 then
+    return finish(false, "no relatedInformation on the library's line")
+  end
+  vim.api.nvim_set_current_buf(bufnr)
 
   local text = vim.api.nvim_buf_get_lines(bufnr, edit_line - 1, edit_line, false)[1]
   local from, to = env.LOWERD_NVIM_EDIT_FROM, env.LOWERD_NVIM_EDIT_TO
