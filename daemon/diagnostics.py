@@ -31,6 +31,9 @@ MAX_LISTED = 3
 MAX_REASON = 120
 # Library lines a warning links to (relatedInformation), most costly first.
 MAX_RELATED = 10
+# When leaving the fewest partitions takes more fixes than this, the lens also says what the
+# first ones do.
+EARLY_FIXES = 5
 
 Severity = Literal["warning", "information", "hint"]
 SEVERITIES: dict[str, types.DiagnosticSeverity] = {
@@ -451,29 +454,41 @@ def lens_title(result: Mapping[str, Any] | None, building: bool) -> str:
 
 def fixes_hint(report: Mapping[str, Any]) -> str | None:
     """ "3 fixes would make this 1 partition": how many of the top refusal groups (in the
-    report's order) must be delegated to leave the fewest partitions. From the lowering's own
-    count (`partitions_if_fixed`: partitions left after fixing the top 1, 2, … groups) when the
-    report has it, else estimated from the groups' partition boundaries. None when no fix would
-    merge partitions."""
+    report's order) must be delegated to leave the fewest partitions; when that takes more than
+    EARLY_FIXES, also the best the first EARLY_FIXES do ("4 fixes would make this 6 partitions,
+    34 would make 1"). From the lowering's own count (`partitions_if_fixed`: partitions left
+    after fixing the top 1, 2, … groups) when the report has it, else estimated from the groups'
+    partition boundaries. None when no fix would merge partitions."""
     current = partition_count(report)
-    if current <= 1:
+    after = partitions_after_fixes(report, current)
+    if current <= 1 or not after or min(after) >= current:
         return None
-    after = report.get("partitions_if_fixed")
-    if isinstance(after, list) and after and all(isinstance(n, int) for n in after):
-        fewest = min(after)
-        fixes = after.index(fewest) + 1
-    else:
-        fewest, fixes = current, 0
-        for group in report.get("refusals") or []:
-            boundaries = group.get("boundaries") or 0
-            if fewest <= 1:
-                break
-            if boundaries > 0:
-                fewest, fixes = max(1, fewest - boundaries), fixes + 1
-    if fewest >= current:
-        return None
-    noun = "fix" if fixes == 1 else "fixes"
-    return f"{fixes} {noun} would make this {_plural(fewest, 'partition')}"
+    fewest = min(after)
+    fixes = after.index(fewest) + 1
+    hint = f"{_fixes(fixes)} would make this {_plural(fewest, 'partition')}"
+    early = min(after[:EARLY_FIXES])
+    if fixes > EARLY_FIXES and early < current:
+        first = after.index(early) + 1
+        hint = f"{_fixes(first)} would make this {_plural(early, 'partition')}, {fixes} would "
+        hint += f"make {fewest}"
+    return hint
+
+
+def partitions_after_fixes(report: Mapping[str, Any], current: int) -> list[int]:
+    """Partitions left after fixing the top 1, 2, … refusal groups: the report's count, else
+    each group's boundaries taken off in turn."""
+    counted = report.get("partitions_if_fixed")
+    if isinstance(counted, list) and all(isinstance(n, int) for n in counted):
+        return list(counted)
+    after, left = [], current
+    for group in report.get("refusals") or []:
+        left = max(1, left - (group.get("boundaries") or 0))
+        after.append(left)
+    return after
+
+
+def _fixes(count: int) -> str:
+    return f"{count} fix" if count == 1 else f"{count} fixes"
 
 
 def partition_count(report: Mapping[str, Any]) -> int:

@@ -482,6 +482,13 @@ def test_the_lens_says_how_many_fixes_would_leave_how_many_partitions(
         "1 fix would make this 41 partitions"
     )
     assert fixes_hint({**counted, "partitions_if_fixed": [42]}) is None
+    # A real Llama: the fewest take 34 fixes; the lens also says what the first five do.
+    llama = [9, 8, 7, 6, 6, 5, 3, 3, 3, 5, 6, 6, 4, 4, 4, 4, 4, 3, 5, 8, 6, 4, 4, 5, 4, 3]
+    llama += [4, 4, 3, 2, 2, 2, 2, 1, 1]
+    thirteen = {"XNNPACK": {"ops": 130, "partitions": 13}}
+    assert fixes_hint({"backends": thirteen, "partitions_if_fixed": llama}) == (
+        "4 fixes would make this 6 partitions, 34 would make 1"
+    )
     # Estimated from the groups' boundaries: the norm report's add group splits 3 times.
     four = {"XNNPACK": {"ops": 2, "partitions": 4}}
     estimated = norm_report(root, library, backends=four)

@@ -167,6 +167,10 @@ test("fixes_hint counts the top groups leaving the fewest partitions, as the len
     "2 fixes would make this 1 partition")
   equal(report.fixes_hint(vim.tbl_extend("force", LLAMA, { partitions_if_fixed = { 5 } })), nil)
   equal(report.fixes_hint(RESULT.targets[1].methods.forward), nil) -- no groups: an older server
+  local llama = { 9, 8, 7, 6, 6, 5, 3, 3, 3, 5, 6, 6, 4, 4, 4, 4, 4, 3, 5, 8, 6, 4, 4, 5, 4, 3,
+    4, 4, 3, 2, 2, 2, 2, 1, 1 }
+  equal(report.fixes_hint({ backends = { XNNPACK = { ops = 130, partitions = 13 } },
+    partitions_if_fixed = llama }), "4 fixes would make this 6 partitions, 34 would make 1")
 end)
 
 test("quickfix lists refusal groups most costly first, per user line, with their library line", function()

@@ -126,37 +126,44 @@ export function partitionCount(method: MethodReport): number {
   return Object.values(method.backends).reduce((sum, totals) => sum + totals.partitions, 0);
 }
 
+/** When leaving the fewest partitions takes more fixes than this, the hint says what the first do. */
+export const EARLY_FIXES = 5;
+
+/**
+ * Partitions left after fixing the top 1, 2, … refusal groups: the server's count
+ * (`partitions_if_fixed`), else each group's boundaries taken off in turn.
+ */
+export function partitionsAfterFixes(method: MethodReport): number[] {
+  if (method.partitionsIfFixed) {
+    return method.partitionsIfFixed;
+  }
+  let left = partitionCount(method);
+  return method.refusals.map((group) => (left = Math.max(1, left - group.boundaries)));
+}
+
+function fixes(count: number): string {
+  return count === 1 ? "1 fix" : `${count} fixes`;
+}
+
 /**
  * "3 fixes would make this 1 partition": how many of the top refusal groups (in the report's
- * order) must be delegated to leave the fewest partitions; the wording of the server's coverage
- * lens (daemon/diagnostics.py fixes_hint). From the server's own count (`partitions_if_fixed`)
- * when the report has it, else estimated from the groups' partition boundaries. null when no fix
+ * order) must be delegated to leave the fewest partitions, and when that takes more than
+ * EARLY_FIXES, what the first ones do ("4 fixes would make this 6 partitions, 34 would make 1");
+ * the wording of the server's coverage lens (daemon/diagnostics.py fixes_hint). null when no fix
  * would merge partitions.
  */
 export function fixesHint(method: MethodReport): string | null {
   const current = partitionCount(method);
-  if (current <= 1) {
+  const after = partitionsAfterFixes(method);
+  if (current <= 1 || after.length === 0 || Math.min(...after) >= current) {
     return null;
   }
-  let fewest = current;
-  let fixes = 0;
-  const counted = method.partitionsIfFixed;
-  if (counted && counted.length > 0) {
-    fewest = Math.min(...counted);
-    fixes = counted.indexOf(fewest) + 1;
-  } else {
-    for (const group of method.refusals) {
-      if (fewest <= 1) {
-        break;
-      }
-      if (group.boundaries > 0) {
-        fewest = Math.max(1, fewest - group.boundaries);
-        fixes += 1;
-      }
-    }
+  const fewest = Math.min(...after);
+  const count = after.indexOf(fewest) + 1;
+  const early = Math.min(...after.slice(0, EARLY_FIXES));
+  if (count > EARLY_FIXES && early < current) {
+    const first = after.indexOf(early) + 1;
+    return `${fixes(first)} would make this ${plural(early, "partition")}, ${count} would make ${fewest}`;
   }
-  if (fewest >= current) {
-    return null;
-  }
-  return `${fixes} ${fixes === 1 ? "fix" : "fixes"} would make this ${plural(fewest, "partition")}`;
+  return `${fixes(count)} would make this ${plural(fewest, "partition")}`;
 }

@@ -127,6 +127,12 @@ describe("fixesHint", () => {
     expect(fixesHint(parseMethod({ ...METHOD, partitions_if_fixed: [5] }))).toBeNull();
   });
 
+  it("says what the first fixes do when the fewest partitions take many (a real Llama)", () => {
+    const llama = [9, 8, 7, 6, 6, 5, 3, 3, 3, 5, 6, 6, 4, 4, 4, 4, 4, 3, 5, 8, 6, 4, 4, 5, 4, 3, 4, 4, 3, 2, 2, 2, 2, 1, 1];
+    const method = parseMethod({ ...METHOD, backends: { XNNPACK: { ops: 130, partitions: 13 } }, partitions_if_fixed: llama });
+    expect(fixesHint(method)).toBe("4 fixes would make this 6 partitions, 34 would make 1");
+  });
+
   it("estimates from the groups' boundaries without the server's count", () => {
     expect(fixesHint(parseMethod(METHOD))).toBe("1 fix would make this 1 partition");
     expect(fixesHint(parseMethod({ ...METHOD, refusals: [] }))).toBeNull();

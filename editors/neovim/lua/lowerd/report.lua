@@ -84,39 +84,59 @@ local function partition_count(method)
   return count
 end
 
+-- When leaving the fewest partitions takes more fixes than this, the hint says what the first do.
+local EARLY_FIXES = 5
+
+-- Partitions left after fixing the top 1, 2, … refusal groups: the server's count
+-- (partitions_if_fixed), else each group's boundaries taken off in turn.
+function M.partitions_after_fixes(method)
+  local counted = value(method.partitions_if_fixed)
+  if type(counted) == "table" then
+    return counted
+  end
+  local after, left = {}, partition_count(method)
+  for _, group in ipairs(value(method.refusals) or {}) do
+    left = math.max(1, left - (value(group.boundaries) or 0))
+    table.insert(after, left)
+  end
+  return after
+end
+
+local function fixes(count)
+  return count == 1 and "1 fix" or (count .. " fixes")
+end
+
+-- The fewest partitions among the first `limit` counts, and how many fixes reach them first.
+local function fewest_of(after, limit)
+  local fewest, at = nil, nil
+  for index, count in ipairs(after) do
+    if index > limit then
+      break
+    end
+    if fewest == nil or count < fewest then
+      fewest, at = count, index
+    end
+  end
+  return fewest, at
+end
+
 -- "3 fixes would make this 1 partition": how many of the top refusal groups (in the report's
--- order) must be delegated to leave the fewest partitions, as the server's coverage lens says.
--- From the server's count (partitions_if_fixed) when the report has it, else estimated from the
--- groups' partition boundaries. nil when no fix would merge partitions.
+-- order) must be delegated to leave the fewest partitions, and when that takes more than
+-- EARLY_FIXES, what the first ones do ("4 fixes would make this 6 partitions, 34 would make 1"),
+-- as the server's coverage lens says. nil when no fix would merge partitions.
 function M.fixes_hint(method)
   local current = partition_count(method)
-  if current <= 1 then
+  local after = M.partitions_after_fixes(method)
+  local fewest, count = fewest_of(after, #after)
+  if current <= 1 or fewest == nil or fewest >= current then
     return nil
   end
-  local fewest, fixes = current, 0
-  local counted = value(method.partitions_if_fixed)
-  if type(counted) == "table" and #counted > 0 then
-    for index, count in ipairs(counted) do
-      if type(count) == "number" and count < fewest then
-        fewest, fixes = count, index
-      end
-    end
-  else
-    for _, group in ipairs(value(method.refusals) or {}) do
-      if fewest <= 1 then
-        break
-      end
-      local boundaries = value(group.boundaries) or 0
-      if boundaries > 0 then
-        fewest, fixes = math.max(1, fewest - boundaries), fixes + 1
-      end
-    end
+  local early, first = fewest_of(after, EARLY_FIXES)
+  if count > EARLY_FIXES and early < current then
+    return string.format("%s would make this %s, %d would make %d", fixes(first),
+      plural(early, "partition"), count, fewest)
   end
-  if fewest >= current then
-    return nil
-  end
-  return string.format("%d %s would make this %s", fixes, fixes == 1 and "fix" or "fixes",
-    plural(fewest, "partition"))
+  return string.format("%s would make this %s", fixes(count), plural(fewest, "partition"))
 end
 
 local function absolute(root, file)
