@@ -3,6 +3,8 @@
  * most costly first, per-module coverage, and what fixing the top groups would do.
  */
 
+import { readFileSync } from "node:fs";
+import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 
 import { fixesHint, partitionCount } from "../src/coverage";
@@ -185,5 +187,35 @@ describe("the report page", () => {
     expect(old).not.toContain('class="refusals"');
     expect(old).not.toContain("Coverage per module");
     expect(old).toContain("<th>made in</th><th>module</th>");
+  });
+});
+
+describe("a real report: transformers' Llama", () => {
+  // `lowerd build --json` of tests/projects/llama (2 layers), paths rewritten to /project and
+  // /venv, the partitions' source lists dropped.
+  const text = readFileSync(path.join(__dirname, "fixtures", "llama-report.json"), "utf-8");
+  const report = parseReport(JSON.parse(text) as unknown);
+  const method = report.targets[0]!.methods.forward!;
+
+  it("parses refusal groups, library lines, module paths and the module tree", () => {
+    const [mean] = method.refusals;
+    expect(mean).toMatchObject({ op: "aten.mean.dim", count: 5, moduleClass: "LlamaRMSNorm" });
+    expect(mean!.library?.file).toBe("/venv/lib/python3.11/site-packages/transformers/models/llama/modeling_llama.py");
+    expect(mean!.library?.function).toBe("forward");
+    expect(mean!.modules).toContain("model.model.layers.{0,1}.{input_layernorm,post_attention_layernorm}");
+    expect(method.notDelegated.every((op) => op.library !== null && op.modulePath !== null)).toBe(true);
+    expect(method.modules[0]).toMatchObject({ path: "", moduleClass: "Logits", instances: 1 });
+    expect(method.modules.find((m) => m.path === "model.model.layers.*")?.instances).toBe(2);
+    expect(method.partitionsIfFixed?.length).toBe(method.refusals.length);
+  });
+
+  it("renders the groups, the hint and the module tree", () => {
+    expect(fixesHint(method)).toBe("4 fixes would make this 6 partitions, 34 would make 1");
+    const html = renderReportPage(report, { cspSource: null, nonce: "n", projectName: "llama" });
+    expect(html).toContain("<code>LlamaRMSNorm.forward</code>");
+    expect(html).toContain(">modeling_llama.py:");
+    expect(html).toContain(`<summary>Coverage per module (${method.modules.length})</summary>`);
+    expect(html).toContain("<code>model.model.layers.*.self_attn</code></td><td>LlamaAttention ×2</td>");
+    expect(html).toContain('<p class="fixes">4 fixes would make this 6 partitions, 34 would make 1</p>');
   });
 });
