@@ -94,6 +94,7 @@ def result_diagnostics(
     """
     target = result["name"]
     entry = site_of(result.get("entry"), root) or entry
+    lines = _read_once(lines)  # a library file many warnings link to is read once
     found: FileDiagnostics = {}
     if result.get("status") == "error" and result.get("error"):
         error = result["error"]
@@ -118,6 +119,17 @@ def result_diagnostics(
             )
             _add(found, site, diagnostic)
     return found
+
+
+def _read_once(lines: LineReader) -> LineReader:
+    read: dict[Path, Sequence[str]] = {}
+
+    def reader(path: Path) -> Sequence[str]:
+        if path not in read:
+            read[path] = lines(path)
+        return read[path]
+
+    return reader
 
 
 def error_diagnostic(
