@@ -14,6 +14,8 @@ what the model cannot know about a backend's own grouping does not count as a fi
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -45,7 +47,13 @@ class PartitionGraph:
         for unit, after in self.succ.items():
             for other in after:
                 self.pred[other].add(unit)
-        self._baseline = _Merges(self, frozenset())
+        # Merges found to make a cycle, by (root, stamp) of both sides. A merge elsewhere cannot
+        # unblock one (it removes no path), and a group's stamp changes whenever it grows, so a
+        # pair blocked in the baseline stays blocked in every trial made from it: each trial
+        # (one per refusal group) skips the walks the ones before it made.
+        self.blocked: set[tuple[str, int, str, int]] = set()
+        self.stamps = itertools.count(1)
+        self._baseline = _Merges(self, frozenset(), label=self._topological_labels())
         self._baseline.merge_all(self._edges_around(self.backend))
 
     def _unit(self, node: torch.fx.Node, partition_of: PartitionOf) -> str:
@@ -59,6 +67,25 @@ class PartitionGraph:
             if isinstance(source, torch.fx.Node) and source.name in self.unit_of:
                 return self.unit_of[source.name]  # unpacking belongs to what it unpacks
         return node.name
+
+    def _topological_labels(self) -> dict[str, int]:
+        """A position per vertex such that every edge goes up (Kahn's algorithm, graph order
+        among the ready ones): the merges keep it true, and it bounds their cycle checks."""
+        in_graph_order = {unit: index for index, unit in enumerate(self.succ)}
+        waiting = {unit: len(before) for unit, before in self.pred.items()}
+        ready = [(in_graph_order[u], u) for u, count in waiting.items() if count == 0]
+        heapq.heapify(ready)
+        labels: dict[str, int] = {}
+        while ready:
+            _, unit = heapq.heappop(ready)
+            labels[unit] = len(labels)
+            for other in self.succ[unit]:
+                waiting[other] -= 1
+                if waiting[other] == 0:
+                    heapq.heappush(ready, (in_graph_order[other], other))
+        for unit in self.succ:  # none left for a DAG; a cycle would leave its vertices out
+            labels.setdefault(unit, len(labels))
+        return labels
 
     @property
     def partitions(self) -> int:
@@ -100,13 +127,21 @@ class Impact:
 
 @dataclass
 class _Merges:
-    """Union-find over the vertices, merging only delegated ones (partitions and `fixed`)."""
+    """Union-find over the vertices, merging only delegated ones (partitions and `fixed`).
+
+    `label` numbers the groups in an order every edge goes up (a topological order of the
+    merged graph), kept true across merges as Pearce and Kelly's dynamic topological sort does:
+    a path between two groups can only pass through groups numbered between them, so a cycle
+    check walks that stretch of the graph, not everything after it.
+    """
 
     graph: PartitionGraph
     fixed: frozenset[str]
     parent: dict[str, str] = field(default_factory=dict)
     members: dict[str, list[str]] = field(default_factory=dict)
     backend: dict[str, str] = field(default_factory=dict)  # root -> backend of its partitions
+    stamp: dict[str, int] = field(default_factory=dict)  # root -> its last growth, unique
+    label: dict[str, int] = field(default_factory=dict)  # root -> its topological position
 
     def copy(self, fixed: frozenset[str]) -> _Merges:
         return _Merges(
@@ -115,6 +150,8 @@ class _Merges:
             dict(self.parent),
             {root: list(members) for root, members in self.members.items()},
             dict(self.backend),
+            dict(self.stamp),
+            dict(self.label),
         )
 
     def delegated(self, unit: str) -> bool:
@@ -142,9 +179,14 @@ class _Merges:
             a, b = pending.pop()
             if not (self.delegated(a) and self.delegated(b)) or not self._merge(a, b):
                 continue
-            for unit in self._members(self.find(a)):
-                neighbours = self.graph.succ[unit] | self.graph.pred[unit]
-                pending.extend((unit, other) for other in neighbours if self.delegated(other))
+            merged = self.find(a)
+            neighbours = {
+                self.find(other)
+                for unit in self._members(merged)
+                for other in (*self.graph.succ[unit], *self.graph.pred[unit])
+                if self.delegated(other)
+            }
+            pending.extend((merged, other) for other in neighbours - {merged})
 
     def _merge(self, a: str, b: str) -> bool:
         ra, rb = self.find(a), self.find(b)
@@ -153,8 +195,17 @@ class _Merges:
         backends = {self._backend(ra), self._backend(rb)} - {None}
         if len(backends) > 1:
             return False  # one backend's partition cannot take another's ops
-        if self._path_outside(ra, rb) or self._path_outside(rb, ra):
+        if self.label[ra] > self.label[rb]:
+            ra, rb = rb, ra  # ra comes first: no path leads from rb back to it
+        pair = (ra, self.stamp.get(ra, 0), rb, self.stamp.get(rb, 0))
+        if pair in self.graph.blocked:
             return False
+        after = self._reached_before(ra, rb)
+        if after is None:  # a path from ra to rb through something else: a cycle
+            self.graph.blocked.add(pair)
+            return False
+        self._relabel(ra, rb, after, self._reaching_after(rb, ra))
+        self.stamp[ra] = next(self.graph.stamps)
         self.parent[rb] = ra
         self.members[ra] = self._members(ra) + self._members(rb)
         self.members.pop(rb, None)
@@ -162,26 +213,47 @@ class _Merges:
             self.backend[ra] = backends.pop()
         return True
 
-    def _path_outside(self, source: str, target: str) -> bool:
-        """Whether `source` reaches `target` through a vertex of neither: merging them would
-        then make a cycle. Merged groups are walked as one vertex, as they will run."""
-        stack = [
-            other
-            for unit in self._members(source)
-            for other in self.graph.succ[unit]
-            if self.find(other) not in (source, target)
-        ]
-        seen: set[str] = set()
+    def _reached_before(self, first: str, second: str) -> set[str] | None:
+        """The groups `first` reaches that come before `second`; None when one of them leads
+        on to `second` (merging the two would make a cycle through it)."""
+        limit, found, stack = self.label[second], set(), [first]
         while stack:
-            root = self.find(stack.pop())
-            if root == target:
-                return True
-            if root == source or root in seen:
-                continue
-            seen.add(root)
+            root = stack.pop()
             for unit in self._members(root):
-                stack.extend(self.graph.succ[unit])
-        return False
+                for other in map(self.find, self.graph.succ[unit]):
+                    if other == second and root != first:
+                        return None
+                    if other in (first, second) or other in found or self.label[other] > limit:
+                        continue
+                    found.add(other)
+                    stack.append(other)
+        return found
+
+    def _reaching_after(self, second: str, first: str) -> set[str]:
+        """The groups that reach `second` and come after `first`."""
+        limit, found, stack = self.label[first], set(), [second]
+        while stack:
+            root = stack.pop()
+            for unit in self._members(root):
+                for other in map(self.find, self.graph.pred[unit]):
+                    if other in (first, second) or other in found or self.label[other] < limit:
+                        continue
+                    found.add(other)
+                    stack.append(other)
+        return found
+
+    def _relabel(self, first: str, second: str, after: set[str], before: set[str]) -> None:
+        """Positions for the merged group (which keeps `first`'s name): what reaches `second`
+        moves before it and what `first` reaches after it, within the positions they held, so
+        every edge still goes up (nothing between them is on both sides: that is a cycle)."""
+        pool = sorted(self.label[r] for r in (*before, first, second, *after))
+        ahead = sorted(before, key=self.label.__getitem__)
+        behind = sorted(after, key=self.label.__getitem__)
+        for root, position in zip(ahead, pool, strict=False):
+            self.label[root] = position
+        self.label[first] = pool[len(ahead)]
+        for root, position in zip(behind, pool[len(pool) - len(behind) :], strict=True):
+            self.label[root] = position
 
     def components_with_partitions(self) -> int:
         return len({self.find(unit) for unit in self.graph.backend})

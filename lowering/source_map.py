@@ -31,24 +31,41 @@ class UserFiles:
     def __init__(self, root: Path):
         self.given_root = root
         self.root = root.resolve()
+        # Per file: a report asks about the same few files for every node, and resolving a path
+        # is a syscall per component (most of a Llama report's time). A build is short: the
+        # files do not move under it.
+        self._owned: dict[str | Path, bool] = {}
+        self._shown: dict[str | Path, str] = {}
+        self._resolved: dict[str | Path, Path] = {}
+
+    def _resolve(self, file: str | Path) -> Path:
+        if file not in self._resolved:
+            self._resolved[file] = Path(file).resolve()
+        return self._resolved[file]
 
     def owns(self, file: str | Path) -> bool:
-        path = Path(file)
-        if not path.is_absolute():
+        if file not in self._owned:
+            self._owned[file] = self._owns(file)
+        return self._owned[file]
+
+    def _owns(self, file: str | Path) -> bool:
+        if not Path(file).is_absolute():
             return False
         try:
-            relative = path.resolve().relative_to(self.root)
+            relative = self._resolve(file).relative_to(self.root)
         except ValueError:
             return False
         return not (_NOT_USER_PARTS & set(relative.parts))
 
     def display(self, file: str | Path) -> str:
         """Relative to the project root when inside it, so reports read the same on any machine."""
-        path = Path(file).resolve()
-        try:
-            return path.relative_to(self.root).as_posix()
-        except ValueError:
-            return str(path)
+        if file not in self._shown:
+            path = self._resolve(file)
+            try:
+                self._shown[file] = path.relative_to(self.root).as_posix()
+            except ValueError:
+                self._shown[file] = str(path)
+        return self._shown[file]
 
     def innermost_in_stack_trace(self, stack_trace: str | None) -> SourceLine | None:
         """The last user frame of a node's meta["stack_trace"] (innermost is printed last)."""
@@ -111,7 +128,7 @@ class UserFiles:
     def _innermost(self, frames: list[tuple[str, int | None]]) -> SourceLine | None:
         for file, line in reversed(frames):
             if line and self.owns(file):
-                return SourceLine(str(Path(file).resolve()), line)
+                return SourceLine(str(self._resolve(file)), line)
         return None
 
 

@@ -16,6 +16,7 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from lowerd.lowering.build import TargetResult, build_target
 from lowerd.lowering.config import load_config
 from lowerd.lowering.module_coverage import module_coverage
+from lowerd.lowering.partition_graph import Impact, PartitionGraph
 from lowerd.lowering.reasons import PartitionReasons
 from lowerd.lowering.refusals import collapse_module_paths
 from lowerd.lowering.report_model import MethodReport
@@ -236,3 +237,29 @@ def test_cli_prints_groups_modules_and_every_op(project: Path, built: dict, tmp_
     assert "up to date" in again.stdout
     assert again.stdout.count("not delegated  aten.") == 2
     assert "fix first" not in again.stdout
+
+
+def test_a_fix_does_not_merge_across_an_op_left_on_the_cpu() -> None:
+    """relu (partition p1) feeds neg and sin, both on the CPU, which feed add (partition p2):
+    delegating neg alone would put p1 and p2 in one partition that waits on sin's output,
+    itself waiting on p1: a cycle. Only both together merge them."""
+
+    def ops(x):
+        a = torch.relu(x)
+        return torch.neg(a) + torch.sin(a), torch.cos(x)
+
+    graph = torch.fx.symbolic_trace(ops).graph
+    partitions = {"relu": "p1", "add": "p2"}
+
+    def partition_of(node: torch.fx.Node) -> tuple[str, str] | None:
+        return (partitions[node.name], "XNNPACK") if node.name in partitions else None
+
+    split = PartitionGraph(graph, partition_of)
+    assert split.impact(["neg"]) == Impact(merged=0, partitions_left=2)
+    assert split.impact(["neg", "sin"]) == Impact(merged=1, partitions_left=1)
+    assert split.impact(["cos"]) == Impact(merged=0, partitions_left=3)  # a partition of its own
+    assert split.impacts_cumulative([["neg"], ["sin"], ["cos"]]) == [
+        Impact(0, 2),
+        Impact(1, 1),
+        Impact(1, 2),
+    ]
