@@ -17,6 +17,8 @@ from typing import Any, Literal
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
+from lowerd.lowering.module_paths import collapse_module_paths
+
 SOURCE = "lowerd"
 NOT_DELEGATED = "not-delegated"
 COVERAGE = "coverage"
@@ -381,36 +383,6 @@ def _elements(ops: Iterable[Mapping[str, Any]]) -> int:
 
 def _short_class(name: str) -> str:
     return name.rsplit(".", 1)[-1]
-
-
-def collapse_module_paths(paths: Iterable[str | None]) -> str | None:
-    """Distinct module paths as one pattern: `model.layers.{0..3}.input_layernorm` when they
-    differ by one layer index; else the first and how many more."""
-    distinct = list(dict.fromkeys(p for p in paths if p))
-    if len(distinct) <= 1:
-        return distinct[0] if distinct else None
-    split = [path.split(".") for path in distinct]
-    if len({len(parts) for parts in split}) == 1:
-        differing = [i for i in range(len(split[0])) if len({parts[i] for parts in split}) > 1]
-        if len(differing) == 1 and all(parts[differing[0]].isdigit() for parts in split):
-            at = differing[0]
-            pattern = list(split[0])
-            pattern[at] = "{" + _index_ranges(sorted({int(parts[at]) for parts in split})) + "}"
-            return ".".join(pattern)
-    return f"{distinct[0]} and {len(distinct) - 1} more"
-
-
-def _index_ranges(numbers: Sequence[int]) -> str:
-    """[0, 1, 2, 3, 5] -> "0..3,5"."""
-    runs: list[list[int]] = []
-    for number in numbers:
-        if runs and number == runs[-1][-1] + 1:
-            runs[-1].append(number)
-        else:
-            runs.append([number])
-    return ",".join(
-        f"{run[0]}..{run[-1]}" if len(run) > 2 else ",".join(map(str, run)) for run in runs
-    )
 
 
 # Coverage text -------------------------------------------------------------------------------

@@ -15,9 +15,10 @@ layer comes before the int64 mask arithmetic that costs nothing.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from lowerd.lowering.module_paths import collapse_module_paths
 from lowerd.lowering.partition_graph import PartitionGraph
 from lowerd.lowering.report_model import NotDelegatedOp, RefusalGroup
 
@@ -70,59 +71,4 @@ def _group(ops: list[NotDelegatedOp]) -> RefusalGroup:
         modules=collapse_module_paths(paths),
         module_class=classes.pop() if len(classes) == 1 else None,
         elements=sum(op.elements for op in ops),
-    )
-
-
-def collapse_module_paths(paths: Iterable[str]) -> str | None:
-    """Module paths as few brace patterns, exact (each pattern expands to paths of the list
-    only): `model.layers.{0..3}.{input_layernorm,post_attention_layernorm}, model.norm`.
-
-    Patterns of one length that differ in one component merge, repeatedly; a merge of two
-    exact patterns that differ in one place is exact. The root ("") is left out: its ops are
-    the user's own forward, which their line already names.
-    """
-    patterns = [[[part] for part in path.split(".")] for path in dict.fromkeys(paths) if path]
-    merged = True
-    while merged:
-        merged = False
-        for i, first in enumerate(patterns):
-            for j in range(i + 1, len(patterns)):
-                at = _differs_in_one(first, patterns[j])
-                if at is not None:
-                    first[at] += [p for p in patterns[j][at] if p not in first[at]]
-                    del patterns[j]
-                    merged = True
-                    break
-            if merged:
-                break
-    if not patterns:
-        return None
-    return ", ".join(".".join(_alternatives(parts) for parts in p) for p in patterns)
-
-
-def _differs_in_one(a: list[list[str]], b: list[list[str]]) -> int | None:
-    if len(a) != len(b):
-        return None
-    differing = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if set(x) != set(y)]
-    return differing[0] if len(differing) == 1 else None
-
-
-def _alternatives(parts: list[str]) -> str:
-    if len(parts) == 1:
-        return parts[0]
-    if all(part.isdigit() for part in parts):
-        return "{" + _index_ranges(sorted(int(part) for part in parts)) + "}"
-    return "{" + ",".join(parts) + "}"
-
-
-def _index_ranges(numbers: list[int]) -> str:
-    """[0, 1, 2, 3, 5] -> "0..3,5"."""
-    runs: list[list[int]] = []
-    for number in numbers:
-        if runs and number == runs[-1][-1] + 1:
-            runs[-1].append(number)
-        else:
-            runs.append([number])
-    return ",".join(
-        f"{run[0]}..{run[-1]}" if len(run) > 2 else ",".join(map(str, run)) for run in runs
     )

@@ -18,7 +18,6 @@ from lowerd.daemon.diagnostics import (
     MAX_LISTED,
     PROVISIONAL_NOTE,
     Site,
-    collapse_module_paths,
     config_error_diagnostics,
     coverage_summary,
     fixes_hint,
@@ -32,6 +31,7 @@ from lowerd.daemon.diagnostics import (
 from lowerd.daemon.entry_site import entry_site
 from lowerd.daemon.settings import DEFAULT_TIMEOUT, Settings
 from lowerd.lowering.config import load_config
+from lowerd.lowering.module_paths import collapse_module_paths
 
 MODEL = """\
 import torch
@@ -461,14 +461,6 @@ def test_ops_without_a_user_line_are_in_the_hover_of_their_warnings_line(
     hover = hover_markdown(results, root, mark(root, "module"))
     assert hover is not None and "`aten.mean.dim`: **not delegated**" in hover
     assert "`LlamaRMSNorm.forward`" in hover and "model.layers.2.input_layernorm" in hover
-
-
-def test_collapse_module_paths() -> None:
-    layers = [f"model.layers.{i}.input_layernorm" for i in (0, 1, 2, 3, 5, 7, 8)]
-    assert collapse_module_paths(layers) == "model.layers.{0..3,5,7,8}.input_layernorm"
-    assert collapse_module_paths(["a.b", None, "a.b", ""]) == "a.b"
-    assert collapse_module_paths([None, ""]) is None
-    assert collapse_module_paths(["a.0.x", "a.1.y"]) == "a.0.x and 1 more"
 
 
 def test_the_lens_says_how_many_fixes_would_leave_how_many_partitions(

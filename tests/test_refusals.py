@@ -16,9 +16,9 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from lowerd.lowering.build import TargetResult, build_target
 from lowerd.lowering.config import load_config
 from lowerd.lowering.module_coverage import module_coverage
+from lowerd.lowering.module_paths import collapse_module_paths
 from lowerd.lowering.partition_graph import Impact, PartitionGraph
 from lowerd.lowering.reasons import PartitionReasons
-from lowerd.lowering.refusals import collapse_module_paths
 from lowerd.lowering.report_model import MethodReport
 from lowerd.report_table import ReportView, format_report
 
@@ -206,6 +206,9 @@ def test_collapse_module_paths() -> None:
     )
     assert collapse_module_paths(["a.0.x", "a.1.x", "a.5.x"]) == "a.{0,1,5}.x"
     assert collapse_module_paths(["", ""]) is None
+    layers = [f"model.layers.{i}.input_layernorm" for i in (0, 1, 2, 3, 5, 7, 8)]
+    assert collapse_module_paths([*layers, None]) == "model.layers.{0..3,5,7,8}.input_layernorm"
+    assert collapse_module_paths(["a.0.x", "a.1.y"]) == "a.0.x, a.1.y"  # no exact single pattern
 
 
 def test_module_coverage_keeps_apart_indices_of_other_classes() -> None:
