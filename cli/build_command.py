@@ -57,11 +57,15 @@ def run_build(
 def _import_build_modules(store: BlobStore | None) -> None:
     """Imported once here, inherited by every worker. No torch op runs here: a fork after GNU
     OpenMP's thread pool started hangs at the worker's first parallel op."""
+    import torch  # noqa: F401
+
+    from lowerd.lowering.library_output import route_library_logs
+
+    route_library_logs()  # torch's handlers exist now; ExecuTorch's imports log through them
     from lowerd.lowering.edge_speedups import EdgeSpeedups
 
     with EdgeSpeedups(store).op_table_served():  # ExecuTorch's op table from the store
         import executorch.exir  # noqa: F401
-    import torch  # noqa: F401
 
     import lowerd.lowering.build  # noqa: F401
     import lowerd.lowering.preprocess_cache  # noqa: F401

@@ -18,6 +18,8 @@ from lowerd.lowering.errors import ConfigError, LowerdError
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "verbose", False):  # before the handler reads it; the workers inherit it
+        os.environ["LOWERD_LOG_LEVEL"] = "DEBUG"
     _quiet_library_logs()
     try:
         return args.run(args)
@@ -37,7 +39,11 @@ def _quiet_library_logs() -> None:
     itself, so library records below $LOWERD_LOG_LEVEL (default ERROR) are not shown.
 
     A root handler installed first also turns the libraries' own basicConfig() calls into no-ops.
+    Warnings raised in libraries become DEBUG records for it (lowering/library_output.py).
     """
+    from lowerd.lowering.library_output import capture_library_warnings
+
+    capture_library_warnings()
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(os.environ.get("LOWERD_LOG_LEVEL", "ERROR").upper())
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
@@ -66,6 +72,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     build.add_argument(
         "--modules", action="store_true", help="show the coverage of each module subtree"
+    )
+    build.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="also show libraries' log records and warnings (LOWERD_LOG_LEVEL=DEBUG)",
     )
     build.add_argument(
         "--jobs",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
+import logging
 import os
 import resource
 import select
@@ -51,6 +52,7 @@ def main() -> None:
     _set_parent_death_signal(signal.SIGKILL)
     if args.parent is not None and os.getppid() != args.parent:
         raise SystemExit(0)  # it was gone before the signal was set
+    _log_to_daemon_log()
     _preload(args.preload.split(",") if args.preload else [])
     # What the fork server imported lives as long as it does: keep it out of every collection
     # in the workers (a full collection over torch's objects costs ~0.2 s), and unshared.
@@ -73,14 +75,37 @@ def _set_parent_death_signal(signum: int) -> None:
         pass
 
 
+def _log_to_daemon_log() -> None:
+    """Its stderr, and its workers', is the daemon's log (or the editor's server's stderr).
+    Libraries' records and warnings reach it at DEBUG only (lowering/library_output.py): without
+    this handler, logging's last resort printed every library WARNING."""
+    from lowerd.lowering.library_output import capture_library_warnings
+
+    name = os.environ.get("LOWERD_DAEMON_LOG_LEVEL") or os.environ.get("LOWERD_LOG_LEVEL")
+    level = (name or "WARNING").upper()
+    handler = logging.StreamHandler(sys.stderr)
+    # On the handler, not only the root: library records reach it through root.handle(), which
+    # skips the root's own level.
+    handler.setLevel(level)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level)
+    capture_library_warnings()
+
+
 def _preload(backends: list[str]) -> None:
     """Everything a build imports that does not depend on the user: paid once, not per build."""
+    import torch  # noqa: F401
+
+    from lowerd.lowering.library_output import route_library_logs
+
+    route_library_logs()  # torch's handlers exist now; ExecuTorch's imports log through them
     from lowerd.lowering.edge_speedups import EdgeSpeedups
     from lowerd.lowering.project_store import store_for
 
     with EdgeSpeedups(store_for(None)).op_table_served():  # its op table from the store
         import executorch.exir  # noqa: F401
-    import torch  # noqa: F401
 
     import lowerd.lowering.build  # noqa: F401
     import lowerd.lowering.preprocess_cache  # noqa: F401
@@ -271,6 +296,7 @@ def fork_worker(request: dict[str, Any], fd: int, inherited: socket.socket | Non
         os.setsid()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         _user_stdout_to_stderr()
+        _route_library_logs()
         if request.get("memory_limit"):
             limit = int(request["memory_limit"])
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -289,6 +315,14 @@ def _user_stdout_to_stderr() -> None:
     `--json` document or an editor's protocol, and the result travels on its own pipe."""
     os.dup2(2, 1)
     sys.stdout = sys.stderr  # line-buffered: prints interleave with the rest of stderr in order
+
+
+def _route_library_logs() -> None:
+    """Again in each worker: a library that set torch's logging up anew since the warm-up
+    (torch._logging.set_logs) brought its stderr handlers back."""
+    from lowerd.lowering.library_output import route_library_logs
+
+    route_library_logs()
 
 
 def _flush_output() -> None:

@@ -3,8 +3,9 @@
 torch logs through its own loggers, whose stream handlers write to stderr past the root logger
 (and so past $LOWERD_LOG_LEVEL), and when an export fails it prints the partial graph it traced.
 Next to lowerd's file:line message that is noise: after a failure both go to lowerd's log at
-DEBUG (`LOWERD_LOG_LEVEL=DEBUG` shows them). After a success they are let through as torch wrote
-them, and so is whatever else the export printed to stderr (the user's forward, warnings).
+DEBUG (`LOWERD_LOG_LEVEL=DEBUG` shows them). After a success they go to the handlers they had
+(lowerd's, library_output.py), and whatever else the export printed to stderr (the user's forward,
+warnings) is let through.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import io
 import logging
 import sys
 from collections.abc import Iterator
+
+from lowerd.lowering.library_output import LibraryHandler
 
 _log = logging.getLogger(__name__)
 
@@ -94,7 +97,10 @@ def _torch_loggers() -> list[logging.Logger]:
 
 
 def _is_stream(handler: logging.Handler) -> bool:
-    """torch's console handlers; not its trace handler (files, with $TORCH_TRACE)."""
+    """torch's console handlers, or lowerd's in their place (library_output.py); not its trace
+    handler (files, with $TORCH_TRACE)."""
+    if isinstance(handler, LibraryHandler):
+        return True
     stream = getattr(handler, "stream", None)
     return stream is not None and stream in (sys.stderr, sys.__stderr__)
 

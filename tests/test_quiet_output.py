@@ -1,0 +1,51 @@
+"""Issue 12 §6: a build's stderr holds lowerd's lines and the user's, never library chatter.
+
+torch's `W…` pytree line, copyreg's FutureWarnings and torchao's "Failed to load …so" records
+showed on every build; they are DEBUG records now, shown with --verbose. Two in-process builds of
+examples/ (the daemon's workers write to its log, not to the client): the whole demo project
+quiet, with a model that prints and warns as a user's would; one target with --verbose.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers import copy_project, lowerd
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+# The user's own output, from their model's file: it must still show.
+USER_OUTPUT = """
+
+import warnings as _warnings
+
+print("cnn: made by the user")
+_warnings.warn("cnn: the user's own warning", UserWarning, stacklevel=1)
+"""
+
+
+def test_build_stderr_holds_only_lowerd_and_user_lines(tmp_path: Path) -> None:
+    project = copy_project(EXAMPLES, tmp_path / "project")
+    with (project / "models" / "cnn.py").open("a") as model:
+        model.write(USER_OUTPUT)
+    run = lowerd(project, tmp_path / "cache", "build", "--no-daemon")
+    assert run.returncode == 0, run.log
+    user = [line for line in run.stderr.splitlines() if "cnn: " in line]
+    assert "cnn: made by the user" in user, run.log
+    assert any("UserWarning: cnn: the user's own warning" in line for line in user), run.log
+    others = [line for line in run.stderr.splitlines() if not _lowerd_or_user(line)]
+    assert not others, run.log
+
+
+def test_verbose_shows_library_lines(tmp_path: Path) -> None:
+    project = copy_project(EXAMPLES, tmp_path / "project")
+    run = lowerd(project, tmp_path / "cache", "build", "--no-daemon", "--verbose", "cnn")
+    assert run.returncode == 0, run.log
+    # torch's pytree record, from its own logger, now one of lowerd's DEBUG lines.
+    assert "DEBUG torch.utils._pytree: " in run.stderr, run.log
+
+
+def _lowerd_or_user(line: str) -> bool:
+    """lowerd's own lines ("lowerd: …"), and the user's print and warning (two lines: the
+    warning's source line follows it)."""
+    return line.startswith("lowerd: ") or "cnn: " in line or "_warnings.warn(" in line
