@@ -41,11 +41,11 @@ def _quiet_library_logs() -> None:
     A root handler installed first also turns the libraries' own basicConfig() calls into no-ops.
     Warnings raised in libraries become DEBUG records for it (lowering/library_output.py).
     """
-    from lowerd.lowering.library_output import capture_library_warnings
+    from lowerd.lowering.library_output import capture_library_warnings, log_level
 
     capture_library_warnings()
     handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(os.environ.get("LOWERD_LOG_LEVEL", "ERROR").upper())
+    handler.setLevel(log_level("ERROR", "LOWERD_LOG_LEVEL"))
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)
 

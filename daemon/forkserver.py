@@ -79,10 +79,9 @@ def _log_to_daemon_log() -> None:
     """Its stderr, and its workers', is the daemon's log (or the editor's server's stderr).
     Libraries' records and warnings reach it at DEBUG only (lowering/library_output.py): without
     this handler, logging's last resort printed every library WARNING."""
-    from lowerd.lowering.library_output import capture_library_warnings
+    from lowerd.lowering.library_output import capture_library_warnings, log_level
 
-    name = os.environ.get("LOWERD_DAEMON_LOG_LEVEL") or os.environ.get("LOWERD_LOG_LEVEL")
-    level = (name or "WARNING").upper()
+    level = log_level("WARNING", "LOWERD_DAEMON_LOG_LEVEL", "LOWERD_LOG_LEVEL")
     handler = logging.StreamHandler(sys.stderr)
     # On the handler, not only the root: library records reach it through root.handle(), which
     # skips the root's own level.

@@ -22,6 +22,7 @@ from lowerd.daemon.runtime import DaemonPaths, InstanceLock, RuntimeDirError, pr
 from lowerd.daemon.workers import WorkerPool
 from lowerd.lowering.config import ProjectConfig, load_config
 from lowerd.lowering.errors import ConfigError
+from lowerd.lowering.library_output import log_level
 
 log = logging.getLogger("lowerd.daemon")
 
@@ -45,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _detach()
     logging.basicConfig(
         stream=sys.stderr,
-        level=os.environ.get("LOWERD_DAEMON_LOG_LEVEL", "INFO").upper(),
+        level=log_level("INFO", "LOWERD_DAEMON_LOG_LEVEL"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     return asyncio.run(serve(config))

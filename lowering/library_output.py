@@ -57,6 +57,14 @@ def route_library_logs() -> None:
             logger.propagate = False  # else the root's handlers would see a record twice
 
 
+def log_level(default: str, *variables: str) -> int:
+    """The level named by the first of these environment variables that is set, or default: a
+    name logging does not know (LOWERD_LOG_LEVEL=verbose) falls back, never fails a start."""
+    name = next((os.environ[v] for v in variables if os.environ.get(v)), default)
+    level = logging.getLevelName(name.strip().upper())
+    return level if isinstance(level, int) else logging.getLevelName(default)
+
+
 def capture_library_warnings() -> None:
     """Warnings raised in a library's file go to the log at DEBUG; the others show as usual.
     Installed once per process, inherited by its forks."""

@@ -8,7 +8,12 @@ quiet, with a model that prints and warns as a user's would; one target with --v
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+import pytest
+
+from lowerd.lowering.library_output import log_level
 
 from helpers import copy_project, lowerd
 
@@ -49,3 +54,12 @@ def _lowerd_or_user(line: str) -> bool:
     """lowerd's own lines ("lowerd: …"), and the user's print and warning (two lines: the
     warning's source line follows it)."""
     return line.startswith("lowerd: ") or "cnn: " in line or "_warnings.warn(" in line
+
+
+def test_an_unknown_log_level_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LOWERD_LOG_LEVEL=verbose is no level: the default holds, nothing fails to start."""
+    monkeypatch.setenv("LOWERD_LOG_LEVEL", "verbose")
+    monkeypatch.delenv("LOWERD_DAEMON_LOG_LEVEL", raising=False)
+    assert log_level("WARNING", "LOWERD_DAEMON_LOG_LEVEL", "LOWERD_LOG_LEVEL") == logging.WARNING
+    monkeypatch.setenv("LOWERD_DAEMON_LOG_LEVEL", "debug")
+    assert log_level("WARNING", "LOWERD_DAEMON_LOG_LEVEL", "LOWERD_LOG_LEVEL") == logging.DEBUG
