@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from lowerd.lowering.report_model import coverage_percent
+
 # Groups shown without --all: two lines each, so the refusals of a real model fit a screen.
 SHOWN_GROUPS = 6
 
@@ -143,7 +145,7 @@ def _module_lines(modules: list[dict[str, Any]]) -> list[str]:
         if module.get("instances", 1) > 1:
             label += f" ×{module['instances']}"
         ops, delegated = module["ops"], module["ops_delegated"]
-        percent = f"{_percent(delegated, ops)} %"
+        percent = f"{coverage_percent(delegated, ops)} %"
         cls = module.get("module_class") or ""
         lines.append(f"      {label:<44} {cls:<24} {delegated:>5}/{ops:<5} {percent:>5}")
     return lines
@@ -161,11 +163,6 @@ def _depth(path: str, paths: list[str]) -> int:
         path = _parent_path(path, paths)
         depth += 1
     return depth
-
-
-def _percent(delegated: int, ops: int) -> int:
-    # Rounded down: "100 %" must mean every op of the subtree is delegated.
-    return 100 if ops and delegated >= ops else (delegated * 100 // ops if ops else 0)
 
 
 def _ops(count: int) -> str:
@@ -203,7 +200,7 @@ def coverage_text(method: dict[str, Any]) -> str:
     )
     if not backends:
         return f"0 of {ops} ops delegated"
-    return f"{delegated} of {ops} ops delegated ({backends}; {method['coverage']:.0%})"
+    return f"{delegated} of {ops} ops delegated ({backends}; {coverage_percent(delegated, ops)}%)"
 
 
 def _error_text(error: dict[str, Any]) -> str:

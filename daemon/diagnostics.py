@@ -7,7 +7,6 @@ no torch: the server decides when to publish, this module decides what.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from lsprotocol import types
 from pygls.uris import from_fs_path
 
 from lowerd.lowering.module_paths import collapse_module_paths
+from lowerd.lowering.report_model import coverage_percent
 
 SOURCE = "lowerd"
 NOT_DELEGATED = "not-delegated"
@@ -391,7 +391,7 @@ def _short_class(name: str) -> str:
 def coverage_summary(method: str, report: Mapping[str, Any]) -> str:
     """ "forward: 231 of 271 ops on XNNPACK in 42 partitions (85 %)"."""
     ops, delegated = report.get("ops", 0), report.get("ops_delegated", 0)
-    percent = _percent(report.get("coverage", 0.0))
+    percent = coverage_percent(delegated, ops)
     backends = [
         (name, totals.get("ops", 0), totals.get("partitions", 0))
         for name, totals in (report.get("backends") or {}).items()
@@ -405,11 +405,6 @@ def coverage_summary(method: str, report: Mapping[str, Any]) -> str:
         return f"{method}: 0 of {ops} ops delegated (0 %)"
     each = ", ".join(f"{n} on {name} in {_plural(p, 'partition')}" for name, n, p in backends)
     return f"{method}: {delegated} of {ops} ops delegated ({each}; {percent} %)"
-
-
-def _percent(coverage: float) -> int:
-    # Rounded down: "100 %" must mean every op is delegated.
-    return 100 if coverage >= 1 else math.floor(coverage * 100)
 
 
 def _plural(count: int, noun: str) -> str:

@@ -7,6 +7,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
+def coverage_percent(delegated: int, ops: int) -> int:
+    """The one rounding rule every view shows: down, so that "100 %" means every op is
+    delegated (270 of 271 is 99 %)."""
+    if ops <= 0:
+        return 0
+    return 100 if delegated >= ops else delegated * 100 // ops
+
+
 @dataclass
 class Frame:
     """A source location outside the user's files: a library's line and function."""

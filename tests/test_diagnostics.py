@@ -32,6 +32,7 @@ from lowerd.daemon.entry_site import entry_site
 from lowerd.daemon.settings import DEFAULT_TIMEOUT, Settings
 from lowerd.lowering.config import load_config
 from lowerd.lowering.module_paths import collapse_module_paths
+from lowerd.report_table import coverage_text
 
 MODEL = """\
 import torch
@@ -163,6 +164,19 @@ def test_coverage_summary_names_backend_partitions_and_percent_rounded_down() ->
     )
     almost = {**summary, "ops_delegated": 270, "coverage": 0.9963}
     assert coverage_summary("forward", almost).endswith("(99 %)")
+
+
+def test_the_cli_and_the_editor_say_the_same_percent() -> None:
+    """One rounding rule (lowering/report_model.py: coverage_percent): 270 of 271 is 99 %, in the
+    editor's lens and in the CLI's report alike, never the 100 % that rounding would print."""
+    method = {
+        "ops": 271,
+        "ops_delegated": 270,
+        "coverage": round(270 / 271, 4),
+        "backends": {"XNNPACK": {"ops": 270, "partitions": 2}},
+    }
+    assert coverage_summary("forward", method).endswith("(99 %)")
+    assert coverage_text(method).endswith("; 99%)")
 
 
 def test_coverage_summary_with_one_partition_several_backends_and_none() -> None:
