@@ -541,13 +541,3 @@ def _cause_markdown(cause: LineCause, root: Path) -> str:
     if details:
         text += "\n  - " + " · ".join(details)
     return text
-
-
-def files_of(results: Iterable[Mapping[str, Any]], root: Path) -> set[Path]:
-    """Every file a set of results points at (to know whose lenses and hovers to refresh)."""
-    files = set()
-    for result in results:
-        for site in (result.get("entry"), *(result.get("modules") or {}).values()):
-            if found := site_of(site, root):
-                files.add(found.path)
-    return files
