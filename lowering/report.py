@@ -199,9 +199,10 @@ def _not_delegated(
     stack_trace = node.meta.get("stack_trace")
     source = user_files.innermost_in_stack_trace(stack_trace)
     library = user_files.innermost_library_frame(stack_trace)
-    if library is None and source is None and qualified_class(node.meta):
+    module_type = qualified_class(node.meta)
+    if library is None and source is None and module_type:
         # Only generated code in the trace (a region export inlined): the module's forward.
-        library = user_files.library_forward(qualified_class(node.meta))
+        library = user_files.library_forward(module_type)
     module_path, module_class = module_of(node.meta)
     return NotDelegatedOp(
         op=name,

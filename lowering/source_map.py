@@ -31,11 +31,9 @@ class UserFiles:
     def __init__(self, root: Path):
         self.given_root = root
         self.root = root.resolve()
-        # Per file: a report asks about the same few files for every node, and resolving a path
-        # is a syscall per component (most of a Llama report's time). A build is short: the
-        # files do not move under it.
-        self._owned: dict[str | Path, bool] = {}
-        self._shown: dict[str | Path, str] = {}
+        # Resolved once per file: a report asks about the same few files for every node, and
+        # resolving a path is a syscall per component (most of a Llama report's time). A build
+        # is short: the files do not move under it.
         self._resolved: dict[str | Path, Path] = {}
 
     def _resolve(self, file: str | Path) -> Path:
@@ -44,11 +42,6 @@ class UserFiles:
         return self._resolved[file]
 
     def owns(self, file: str | Path) -> bool:
-        if file not in self._owned:
-            self._owned[file] = self._owns(file)
-        return self._owned[file]
-
-    def _owns(self, file: str | Path) -> bool:
         if not Path(file).is_absolute():
             return False
         try:
@@ -59,13 +52,11 @@ class UserFiles:
 
     def display(self, file: str | Path) -> str:
         """Relative to the project root when inside it, so reports read the same on any machine."""
-        if file not in self._shown:
-            path = self._resolve(file)
-            try:
-                self._shown[file] = path.relative_to(self.root).as_posix()
-            except ValueError:
-                self._shown[file] = str(path)
-        return self._shown[file]
+        path = self._resolve(file)
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
 
     def innermost_in_stack_trace(self, stack_trace: str | None) -> SourceLine | None:
         """The last user frame of a node's meta["stack_trace"] (innermost is printed last)."""

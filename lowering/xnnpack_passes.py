@@ -231,14 +231,15 @@ def _pattern_trigger(patterns: Callable[[], list[Any]]) -> Callable[[Any, Any], 
     """A SubgraphMatcher match maps each call_function node of a pattern to a graph node with the
     same target: a pattern one of whose targets the graph lacks cannot match."""
 
+    wanted: list[set[Any]] = []  # each pattern's targets, read at the first partition
+
     def trigger(_program: Any, graph_module: Any) -> bool:
+        if not wanted:
+            for pattern in patterns():
+                graph = getattr(pattern, "graph", pattern)
+                wanted.append({n.target for n in graph.nodes if n.op == "call_function"})
         present = {n.target for n in _calls(graph_module)}
-        for pattern in patterns():
-            graph = getattr(pattern, "graph", pattern)
-            wanted = {n.target for n in graph.nodes if n.op == "call_function"}
-            if wanted <= present:
-                return True
-        return False
+        return any(targets <= present for targets in wanted)
 
     return trigger
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,18 +13,14 @@ import pytest
 from lowerd.daemon.runtime import process_alive
 
 from helpers import PROJECTS
-from stock import forget_project_modules
+from stock import importable_copy
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Iterator[Path]:
     """A private copy of tests/projects/basic; its modules and sys.path entry are gone after."""
-    root = tmp_path / "basic"
-    shutil.copytree(PROJECTS / "basic", root, ignore=shutil.ignore_patterns("build", "__pycache__"))
-    saved_path = list(sys.path)
-    yield root
-    sys.path[:] = saved_path
-    forget_project_modules(root)
+    with importable_copy(PROJECTS / "basic", tmp_path / "basic") as root:
+        yield root
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,21 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from helpers import PROJECTS
+from helpers import PROJECTS, copy_project
 
-__all__ = ["PROJECTS", "call_entry", "forget_project_modules", "sha256", "stock_pte"]
+__all__ = [
+    "PROJECTS",
+    "call_entry",
+    "forget_project_modules",
+    "importable_copy",
+    "sha256",
+    "stock_pte",
+]
 
 PARTITIONERS = {
     "xnnpack": lambda: _import(
@@ -86,3 +95,16 @@ def _lives_under(module: Any, root: Path) -> bool:
     if isinstance(search_path, list):  # torch's op namespaces fake a __path__ of another type
         places.extend(search_path)
     return any(isinstance(p, str) and Path(p).resolve().is_relative_to(root) for p in places)
+
+
+@contextmanager
+def importable_copy(source: Path, destination: Path) -> Iterator[Path]:
+    """A private copy of a project whose modules the test imports in this process: sys.path and
+    the copy's modules are as before once it is done."""
+    copy_project(source, destination)
+    saved_path = list(sys.path)
+    try:
+        yield destination
+    finally:
+        sys.path[:] = saved_path
+        forget_project_modules(destination)

@@ -25,7 +25,7 @@ from lowerd.lowering.config import load_config
 from lowerd.lowering.edge_speedups import EdgeSpeedups, why_replay
 
 from helpers import PROJECTS
-from stock import call_entry, forget_project_modules, sha256, stock_pte
+from stock import call_entry, forget_project_modules, importable_copy, sha256, stock_pte
 
 EXAMPLES = PROJECTS.parents[1] / "examples"
 
@@ -38,12 +38,8 @@ def store(tmp_path: Path) -> BlobStore:
 @pytest.fixture
 def examples(tmp_path: Path) -> Iterator[Path]:
     """A private copy of examples/: its build folder and modules are the test's."""
-    root = tmp_path / "examples"
-    shutil.copytree(EXAMPLES, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
-    saved_path = list(sys.path)
-    yield root
-    sys.path[:] = saved_path
-    forget_project_modules(root)
+    with importable_copy(EXAMPLES, tmp_path / "examples") as root:
+        yield root
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ wrapper (tests/projects/llama). Its refusals repeat per layer and come from libr
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,8 +14,8 @@ from lowerd.lowering.config import load_config
 from lowerd.lowering.report_model import MethodReport
 from lowerd.report_table import format_report
 
-from helpers import PROJECTS, copy_project, line_marks
-from stock import forget_project_modules
+from helpers import PROJECTS, line_marks
+from stock import importable_copy
 
 pytest.importorskip("transformers")
 
@@ -25,11 +24,8 @@ MODELING_LLAMA = "transformers/models/llama/modeling_llama.py"
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = copy_project(PROJECTS / "llama", tmp_path_factory.mktemp("llama") / "project")
-    saved_path = list(sys.path)
-    yield root
-    sys.path[:] = saved_path
-    forget_project_modules(root)
+    with importable_copy(PROJECTS / "llama", tmp_path_factory.mktemp("llama") / "project") as root:
+        yield root
 
 
 @pytest.fixture(scope="module")

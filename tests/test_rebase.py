@@ -4,7 +4,6 @@ and the .pte still equals stock ExecuTorch's bytes."""
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from lowerd.lowering.config import load_config
 from lowerd.lowering.preprocess_codec import decode_results
 from lowerd.lowering.rebase import CannotRebase, rebase, rebase_xnnpack_blob
 
-from stock import PROJECTS, forget_project_modules, sha256, stock_pte
+from stock import PROJECTS, forget_project_modules, importable_copy, sha256, stock_pte
 
 BLOCKS = 4
 # fc1+gelu of block 0 | fc2+add of block i with fc1+gelu of block i+1 | fc2+add of the last block
@@ -25,14 +24,8 @@ PARTITIONS = BLOCKS + 1
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[Path]:
-    root = tmp_path / "blocks"
-    shutil.copytree(
-        PROJECTS / "blocks", root, ignore=shutil.ignore_patterns("build", "__pycache__")
-    )
-    saved_path = list(sys.path)
-    yield root
-    sys.path[:] = saved_path
-    forget_project_modules(root)
+    with importable_copy(PROJECTS / "blocks", tmp_path / "blocks") as root:
+        yield root
 
 
 def build(root: Path, store: BlobStore) -> TargetResult:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,17 +21,15 @@ from lowerd.lowering.reasons import PartitionReasons
 from lowerd.lowering.report_model import MethodReport
 from lowerd.report_table import ReportView, format_report
 
-from helpers import PROJECTS, copy_project, line_marks, lowerd
-from stock import forget_project_modules
+from helpers import PROJECTS, line_marks, lowerd
+from stock import importable_copy
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = copy_project(PROJECTS / "refusals", tmp_path_factory.mktemp("refusals") / "project")
-    saved_path = list(sys.path)
-    yield root
-    sys.path[:] = saved_path
-    forget_project_modules(root)
+    destination = tmp_path_factory.mktemp("refusals") / "project"
+    with importable_copy(PROJECTS / "refusals", destination) as root:
+        yield root
 
 
 @pytest.fixture(scope="module")
