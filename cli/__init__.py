@@ -1,3 +1,5 @@
 """lowerd: fast, explainable ExecuTorch lowering."""
 
-__version__ = "0.1.0"
+from lowerd.project.version import LOWERD_VERSION as __version__
+
+__all__ = ["__version__"]

@@ -22,9 +22,10 @@ from lowerd.build_output import ProgressLine, print_outcome, progress_printer
 from lowerd.cache.store import BlobStore
 from lowerd.daemon.frames import HEADER_SIZE, FrameError, decode_payload, frame_length
 from lowerd.daemon.kill import kill_worker
-from lowerd.lowering.batch import Batch, TargetJson, failed_result
-from lowerd.lowering.config import ProjectConfig, TargetConfig, find_config
-from lowerd.lowering.project_store import store_for
+from lowerd.exit_codes import exit_code
+from lowerd.project.batch import Batch, TargetJson, failed_result
+from lowerd.project.config import ProjectConfig, TargetConfig, find_config
+from lowerd.project.project_store import store_for
 from lowerd.report_table import ReportView
 
 
@@ -49,9 +50,9 @@ def run_build(
         finally:
             if progress:
                 progress.clear()
-    document, exit_code = batch.outcome()
+    document, outcome = batch.outcome()
     print_outcome(document, as_json, time.perf_counter() - started, view)
-    return exit_code
+    return exit_code(outcome)
 
 
 def _import_build_modules(store: BlobStore | None) -> None:
@@ -59,7 +60,7 @@ def _import_build_modules(store: BlobStore | None) -> None:
     OpenMP's thread pool started hangs at the worker's first parallel op."""
     import torch  # noqa: F401
 
-    from lowerd.lowering.library_output import route_library_logs
+    from lowerd.project.library_output import route_library_logs
 
     route_library_logs()  # torch's handlers exist now; ExecuTorch's imports log through them
     from lowerd.lowering.edge_speedups import EdgeSpeedups

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from lowerd.cache.store import BlobStore
-from lowerd.lowering.batch import EXIT_OK, EXIT_TARGET_FAILED
-from lowerd.lowering.config import ConfigError, find_config, load_config
-from lowerd.lowering.project_store import store_for
+from lowerd.exit_codes import EXIT_OK, EXIT_TARGET_FAILED
+from lowerd.project.config import ConfigError, find_config, load_config
+from lowerd.project.project_store import store_for
 
 
 def open_store(config_path: str | None) -> BlobStore:

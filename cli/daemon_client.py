@@ -31,8 +31,8 @@ from lowerd.daemon.runtime import (
     read_status,
     remove_files,
 )
-from lowerd.lowering.batch import EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE
-from lowerd.lowering.config import ProjectConfig, find_config, load_config, select_targets
+from lowerd.exit_codes import EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE, exit_code
+from lowerd.project.config import ProjectConfig, find_config, load_config, select_targets
 from lowerd.report_table import ReportView
 
 START_TIMEOUT_SECONDS = 60.0
@@ -118,7 +118,7 @@ def build_via_daemon(
         print(f"lowerd: {final['message']}", file=sys.stderr)
     else:
         print_outcome(final["document"], as_json, time.perf_counter() - started, view)
-    return int(final["exit_code"])
+    return exit_code(final["outcome"])
 
 
 def _in_process_instead(why: Exception) -> None:

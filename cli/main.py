@@ -12,8 +12,8 @@ import sys
 from collections.abc import Sequence
 
 from lowerd import __version__
-from lowerd.lowering.batch import EXIT_TARGET_FAILED, EXIT_USAGE
-from lowerd.lowering.errors import ConfigError, LowerdError
+from lowerd.exit_codes import EXIT_TARGET_FAILED, EXIT_USAGE
+from lowerd.project.errors import ConfigError, LowerdError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -39,9 +39,9 @@ def _quiet_library_logs() -> None:
     itself, so library records below $LOWERD_LOG_LEVEL (default ERROR) are not shown.
 
     A root handler installed first also turns the libraries' own basicConfig() calls into no-ops.
-    Warnings raised in libraries become DEBUG records for it (lowering/library_output.py).
+    Warnings raised in libraries become DEBUG records for it (project/library_output.py).
     """
-    from lowerd.lowering.library_output import capture_library_warnings, log_level
+    from lowerd.project.library_output import capture_library_warnings, log_level
 
     capture_library_warnings()
     handler = logging.StreamHandler(sys.stderr)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from lowerd.lowering.report_model import coverage_percent
+from lowerd.project.report_model import coverage_percent
 
 # Groups shown without --all: two lines each, so the refusals of a real model fit a screen.
 SHOWN_GROUPS = 6

@@ -1,6 +1,6 @@
 """The daemon's side of `lowerd build`: a client's batch, built through the warm workers.
 
-The same steps as the in-process build, from the same code (lowerd.lowering.batch): up-to-date
+The same steps as the in-process build, from the same code (lowerd.project.batch): up-to-date
 targets are answered here without torch and without a worker, the others are built in worker
 processes, up to `jobs` at once and only while memory allows, and the client gets the same JSON
 document and exit code an in-process build would have printed.
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from lowerd.daemon.workers import BuildHandle, BuildRequest, WorkerPool
-from lowerd.lowering.batch import Batch, TargetJson
-from lowerd.lowering.config import TargetConfig
+from lowerd.project.batch import Batch, TargetJson
+from lowerd.project.config import TargetConfig
 
 Frame = dict[str, Any]
 SendFrame = Callable[[Frame], None]

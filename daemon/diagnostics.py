@@ -16,8 +16,8 @@ from typing import Any, Literal
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
-from lowerd.lowering.module_paths import collapse_module_paths
-from lowerd.lowering.report_model import coverage_percent
+from lowerd.project.module_paths import collapse_module_paths
+from lowerd.project.report_model import coverage_percent
 
 SOURCE = "lowerd"
 NOT_DELEGATED = "not-delegated"

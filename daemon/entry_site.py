@@ -10,10 +10,10 @@ import ast
 from pathlib import Path
 
 from lowerd.daemon.diagnostics import Site
-from lowerd.lowering.batch import TargetJson, failed_result
-from lowerd.lowering.config import ProjectConfig, TargetConfig, load_config
-from lowerd.lowering.errors import ConfigError
-from lowerd.lowering.source_map import UserFiles
+from lowerd.project.batch import TargetJson, failed_result
+from lowerd.project.config import ProjectConfig, TargetConfig, load_config
+from lowerd.project.errors import ConfigError
+from lowerd.project.source_map import UserFiles
 
 
 def entry_site(config: ProjectConfig, target: TargetConfig) -> Site:

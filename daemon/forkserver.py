@@ -77,9 +77,9 @@ def _set_parent_death_signal(signum: int) -> None:
 
 def _log_to_daemon_log() -> None:
     """Its stderr, and its workers', is the daemon's log (or the editor's server's stderr).
-    Libraries' records and warnings reach it at DEBUG only (lowering/library_output.py): without
+    Libraries' records and warnings reach it at DEBUG only (project/library_output.py): without
     this handler, logging's last resort printed every library WARNING."""
-    from lowerd.lowering.library_output import capture_library_warnings, log_level
+    from lowerd.project.library_output import capture_library_warnings, log_level
 
     level = log_level("WARNING", "LOWERD_DAEMON_LOG_LEVEL", "LOWERD_LOG_LEVEL")
     handler = logging.StreamHandler(sys.stderr)
@@ -97,11 +97,11 @@ def _preload(backends: list[str]) -> None:
     """Everything a build imports that does not depend on the user: paid once, not per build."""
     import torch  # noqa: F401
 
-    from lowerd.lowering.library_output import route_library_logs
+    from lowerd.project.library_output import route_library_logs
 
     route_library_logs()  # torch's handlers exist now; ExecuTorch's imports log through them
     from lowerd.lowering.edge_speedups import EdgeSpeedups
-    from lowerd.lowering.project_store import store_for
+    from lowerd.project.project_store import store_for
 
     with EdgeSpeedups(store_for(None)).op_table_served():  # its op table from the store
         import executorch.exir  # noqa: F401
@@ -109,11 +109,12 @@ def _preload(backends: list[str]) -> None:
     import lowerd.lowering.build  # noqa: F401
     import lowerd.lowering.preprocess_cache  # noqa: F401
     import lowerd.lowering.report  # noqa: F401
-    from lowerd.lowering.backends import BACKENDS
+    from lowerd.lowering.partitioners import make_partitioner
+    from lowerd.project.backends import BACKENDS
 
     for name in backends:
         if name in BACKENDS:
-            BACKENDS[name].make_partitioner()
+            make_partitioner(BACKENDS[name])
     _lower_once([BACKENDS[name] for name in backends if name in BACKENDS])
 
 
@@ -123,6 +124,8 @@ def _lower_once(backends: list) -> None:
     import torch
     from executorch.exir import to_edge_transform_and_lower
 
+    from lowerd.lowering.partitioners import make_partitioner
+
     # On one thread: a parallel op here would start GNU OpenMP's thread pool, and a fork of a
     # process with that pool hangs at its first parallel op (gomp_team_barrier_wait_end).
     threads = torch.get_num_threads()
@@ -130,7 +133,7 @@ def _lower_once(backends: list) -> None:
     try:
         model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
         program = torch.export.export(model, (torch.zeros(1, 4),))
-        partitioners = [backend.make_partitioner() for backend in backends]
+        partitioners = [make_partitioner(backend) for backend in backends]
         to_edge_transform_and_lower({"forward": program}, partitioner=partitioners).to_executorch()
     finally:
         torch.set_num_threads(threads)  # the workers' ops run on every core again
@@ -319,7 +322,7 @@ def _user_stdout_to_stderr() -> None:
 def _route_library_logs() -> None:
     """Again in each worker: a library that set torch's logging up anew since the warm-up
     (torch._logging.set_logs) brought its stderr handlers back."""
-    from lowerd.lowering.library_output import route_library_logs
+    from lowerd.project.library_output import route_library_logs
 
     route_library_logs()
 
@@ -340,9 +343,9 @@ def _flush_output() -> None:
 
 def _build(request: dict[str, Any], events: Any) -> None:
     from lowerd.lowering.build import build_target
-    from lowerd.lowering.config import load_config
-    from lowerd.lowering.errors import LowerdError
-    from lowerd.lowering.project_store import store_for
+    from lowerd.project.config import load_config
+    from lowerd.project.errors import LowerdError
+    from lowerd.project.project_store import store_for
 
     def progress(stage: str, target: str, detail: str | None) -> None:
         write_frame(events, {"type": "progress", "stage": stage, "detail": detail})
@@ -429,8 +432,8 @@ def _peak_rss() -> int:
 
 
 def _config_failure(request: dict[str, Any], error: Exception) -> dict[str, Any]:
-    from lowerd.lowering.batch import failed_result
-    from lowerd.lowering.errors import LowerdError
+    from lowerd.project.batch import failed_result
+    from lowerd.project.errors import LowerdError
 
     if isinstance(error, LowerdError):
         details = error.to_json()

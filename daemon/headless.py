@@ -20,9 +20,9 @@ from lowerd.daemon.build_service import BuildService
 from lowerd.daemon.rpc import RpcServer
 from lowerd.daemon.runtime import DaemonPaths, InstanceLock, RuntimeDirError, preload_backends
 from lowerd.daemon.workers import WorkerPool
-from lowerd.lowering.config import ProjectConfig, load_config
-from lowerd.lowering.errors import ConfigError
-from lowerd.lowering.library_output import log_level
+from lowerd.project.config import ProjectConfig, load_config
+from lowerd.project.errors import ConfigError
+from lowerd.project.library_output import log_level
 
 log = logging.getLogger("lowerd.daemon")
 

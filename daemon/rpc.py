@@ -9,7 +9,7 @@ connection:
 
     build   {"op": "build", "config": str, "targets": [str], "use_cache": bool, "jobs": int >= 1}
             -> {"type": "progress", "target", "stage", "detail"}...
-            -> {"type": "final", "document", "exit_code", "message"}
+            -> {"type": "final", "document", "outcome", "message"}
     status  {"op": "status"} -> {"type": "status", "status", "builds", "peaks"}
     stop    {"op": "stop"}   -> {"type": "stopping"}
     refused, malformed or unknown -> {"type": "error", "message"}
@@ -45,9 +45,8 @@ from lowerd.daemon.runtime import (
     remove_files,
     write_status,
 )
-from lowerd.lowering.batch import EXIT_TARGET_FAILED, EXIT_USAGE
-from lowerd.lowering.config import ProjectConfig
-from lowerd.lowering.errors import ConfigError, LowerdError
+from lowerd.project.config import ProjectConfig
+from lowerd.project.errors import ConfigError, LowerdError
 
 log = logging.getLogger(__name__)
 
@@ -261,16 +260,16 @@ class RpcServer:
 def _final_frame(build: asyncio.Task) -> Frame:
     """What the client prints and exits with: the document, or the error main() would print."""
     try:
-        document, exit_code = build.result()
-        return {"type": "final", "document": document, "exit_code": exit_code, "message": None}
+        document, outcome = build.result()
+        return {"type": "final", "document": document, "outcome": outcome, "message": None}
     except ConfigError as error:
-        return {"type": "final", "document": None, "exit_code": EXIT_USAGE, "message": str(error)}
+        return {"type": "final", "document": None, "outcome": "usage", "message": str(error)}
     except LowerdError as error:
         message = str(error)
     except Exception as error:  # the daemon outlives any failure of one request
         log.exception("build request failed")
         message = f"the daemon failed: {type(error).__name__}: {error}"
-    return {"type": "final", "document": None, "exit_code": EXIT_TARGET_FAILED, "message": message}
+    return {"type": "final", "document": None, "outcome": "target_failed", "message": message}
 
 
 async def _reply(writer: asyncio.StreamWriter, frame: Frame) -> None:

@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from lowerd import __version__
-from lowerd.lowering.build_state import tool_versions
-from lowerd.lowering.config import ProjectConfig
+from lowerd.project.build_state import tool_versions
+from lowerd.project.config import ProjectConfig
+from lowerd.project.version import LOWERD_VERSION
 
 # Environment a build reads in the daemon's processes rather than the client's: a client with
 # other values must not be served by a daemon started with these.
@@ -173,8 +173,8 @@ class DaemonStatus:
 
     def mismatch(self, config: ProjectConfig) -> str | None:
         """Why this daemon cannot serve a client with this config and environment, or None."""
-        if self.version != __version__:
-            return f"lowerd {self.version} is running, this is {__version__}"
+        if self.version != LOWERD_VERSION:
+            return f"lowerd {self.version} is running, this is {LOWERD_VERSION}"
         if self.tool_versions != list(tool_versions()):
             return "torch, executorch or lowerd was installed anew since the daemon started"
         if self.scope != daemon_scope(config):
@@ -204,7 +204,7 @@ def new_status(paths: DaemonPaths, config: ProjectConfig, kind: str) -> DaemonSt
         socket=str(paths.socket),
         root=str(config.root),
         kind=kind,
-        version=__version__,
+        version=LOWERD_VERSION,
         tool_versions=list(tool_versions()),
         scope=daemon_scope(config),
         started=time.time(),

@@ -18,9 +18,9 @@ from typing import Any, Protocol
 from lowerd.daemon.entry_site import entry_file
 from lowerd.daemon.tasks import spawn
 from lowerd.daemon.workers import BuildHandle, BuildRequest, WorkerPool
-from lowerd.lowering.batch import failed_result
-from lowerd.lowering.build_state import discard_failed_output, load_state, up_to_date_report
-from lowerd.lowering.config import ProjectConfig, TargetConfig
+from lowerd.project.batch import failed_result
+from lowerd.project.build_state import discard_failed_output, load_state, up_to_date_report
+from lowerd.project.config import ProjectConfig, TargetConfig
 
 DEBOUNCE_SECONDS = 0.2
 # A burst that never pauses (a generator rewriting files for a while) still builds this often.

@@ -27,7 +27,6 @@ from typing import Any
 from lsprotocol import types
 from pygls.uris import from_fs_path, to_fs_path
 
-from lowerd import __version__
 from lowerd.daemon.build_service import BuildService
 from lowerd.daemon.diagnostics import (
     FileDiagnostics,
@@ -50,8 +49,9 @@ from lowerd.daemon.settings import SECTION, Settings
 from lowerd.daemon.tasks import spawn
 from lowerd.daemon.watcher import ProjectWatcher
 from lowerd.daemon.workers import BuildRequest, WorkerPool
-from lowerd.lowering.config import PYPROJECT, ProjectConfig, TargetConfig, find_config, load_config
-from lowerd.lowering.errors import ConfigError
+from lowerd.project.config import PYPROJECT, ProjectConfig, TargetConfig, find_config, load_config
+from lowerd.project.errors import ConfigError
+from lowerd.project.version import LOWERD_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ _PREPROCESS_SPAN = 40
 
 class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protocol.py)
     def __init__(self, workers: int = 2):
-        super().__init__("lowerd", __version__)
+        super().__init__("lowerd", LOWERD_VERSION)
         self.default_workers = workers
         self.settings = Settings()
         self.root = Path.cwd()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lowerd.daemon.diagnostics import SEVERITIES, Severity
-from lowerd.lowering.backends import KNOWN_BACKENDS
+from lowerd.project.backends import KNOWN_BACKENDS
 
 SECTION = "lowerd"
 # Without a timeout from the editor or from [tool.lowerd] timeout, a build that hangs holds a

@@ -28,7 +28,7 @@ from lowerd.daemon.frames import FrameError, read_frame_async
 from lowerd.daemon.kill import kill_worker
 from lowerd.daemon.libraries import environment_stamp
 from lowerd.daemon.tasks import spawn
-from lowerd.lowering.batch import failed_result
+from lowerd.project.batch import failed_result
 
 EventCallback = Callable[[dict[str, Any]], None]
 # Room for a preload message's module names: the fork server reads 64 KiB messages.

@@ -18,8 +18,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lowerd.cache.store import BlobStore
-from lowerd.lowering.backends import BACKENDS
-from lowerd.lowering.build_state import (
+from lowerd.lowering.entry import LoadedEntry, MethodSpec, definition_site, load_entry
+from lowerd.lowering.export_output import export_output_held
+from lowerd.lowering.inputs import InputRecorder
+from lowerd.lowering.program_fingerprint import ProgramFingerprint, fingerprint, moved_lines
+from lowerd.project.backends import BACKENDS
+from lowerd.project.build_state import (
     FileStamp,
     TargetState,
     discard_output,
@@ -29,14 +33,10 @@ from lowerd.lowering.build_state import (
     stamp_files,
     target_inputs_digest,
 )
-from lowerd.lowering.config import ProjectConfig, TargetConfig
-from lowerd.lowering.entry import LoadedEntry, MethodSpec, definition_site, load_entry
-from lowerd.lowering.errors import ExportError, LowerdError, LoweringError
-from lowerd.lowering.export_output import export_output_held
-from lowerd.lowering.inputs import InputRecorder
-from lowerd.lowering.program_fingerprint import ProgramFingerprint, fingerprint, moved_lines
-from lowerd.lowering.report_model import MethodReport
-from lowerd.lowering.source_map import UserFiles
+from lowerd.project.config import ProjectConfig, TargetConfig
+from lowerd.project.errors import ExportError, LowerdError, LoweringError
+from lowerd.project.report_model import MethodReport
+from lowerd.project.source_map import UserFiles
 
 # stage, target name, detail ("3/42" during preprocess)
 Progress = Callable[[str, str, str | None], None]
@@ -274,6 +274,7 @@ class _TargetBuilder:
         with speedups.op_table_served():  # ExecuTorch's first import in a process parses it
             from executorch.exir import to_edge_transform_and_lower
 
+        from lowerd.lowering.partitioners import make_partitioner
         from lowerd.lowering.preprocess_cache import PreprocessCache
         from lowerd.lowering.reasons import PartitionReasons
         from lowerd.lowering.report import method_report
@@ -284,7 +285,7 @@ class _TargetBuilder:
         reasons = PartitionReasons()
         partitioners = []
         for backend in backends:
-            partitioner = backend.make_partitioner()
+            partitioner = make_partitioner(backend)
             reasons.watch(partitioner, backend.display)
             partitioners.append(partitioner)
         # The last partitioner to run sees each method's final split into partitions.

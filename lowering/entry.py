@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lowerd.lowering.config import ProjectConfig, TargetConfig
-from lowerd.lowering.errors import EntryError
-from lowerd.lowering.source_map import UserFiles
+from lowerd.project.config import ProjectConfig, TargetConfig
+from lowerd.project.errors import EntryError
+from lowerd.project.source_map import UserFiles
 
 
 @dataclass

@@ -16,7 +16,7 @@ import logging
 import sys
 from collections.abc import Iterator
 
-from lowerd.lowering.library_output import LibraryHandler
+from lowerd.project.library_output import LibraryHandler
 
 _log = logging.getLogger(__name__)
 

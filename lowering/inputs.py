@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lowerd.lowering.source_map import UserFiles
+from lowerd.project.source_map import UserFiles
 
 _recording: list[set[str]] = []  # the open-event sinks of the recorders now running
 _hook_installed = False

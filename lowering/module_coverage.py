@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lowerd.lowering.report_model import ModuleCoverage
+from lowerd.project.report_model import ModuleCoverage
 
 ModuleStack = list[tuple[str, str]]  # (path, class short name), outermost first; root path ""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lowerd.lowering.partition_key import Unkeyable, key_details
-from lowerd.lowering.source_map import UserFiles
+from lowerd.project.source_map import UserFiles
 
 SourceLines = list[list[Any] | None]  # per node in graph order: [file, line] or None
 

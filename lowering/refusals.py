@@ -18,9 +18,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from lowerd.lowering.module_paths import collapse_module_paths
 from lowerd.lowering.partition_graph import PartitionGraph
-from lowerd.lowering.report_model import NotDelegatedOp, RefusalGroup
+from lowerd.project.module_paths import collapse_module_paths
+from lowerd.project.report_model import NotDelegatedOp, RefusalGroup
 
 
 def output_elements(val: Any) -> int:

@@ -16,7 +16,6 @@ import torch
 from executorch.devtools.backend_debug import get_delegation_info
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 
-from lowerd.lowering.backends import backend_by_details_class
 from lowerd.lowering.module_coverage import (
     ModuleStack,
     module_coverage,
@@ -28,8 +27,9 @@ from lowerd.lowering.partition_graph import PartitionGraph
 from lowerd.lowering.preprocess_cache import PreprocessCache
 from lowerd.lowering.reasons import PartitionReasons
 from lowerd.lowering.refusals import output_elements, refusal_groups
-from lowerd.lowering.report_model import MethodReport, NotDelegatedOp, PartitionSummary
-from lowerd.lowering.source_map import UserFiles
+from lowerd.project.backends import backend_by_details_class
+from lowerd.project.report_model import MethodReport, NotDelegatedOp, PartitionSummary
+from lowerd.project.source_map import UserFiles
 
 _BOOKKEEPING_OPS = ("sym_size", "sym_numel", "sym_stride", "sym_storage_offset", "_assert")
 

@@ -24,7 +24,7 @@ import pytest
 
 from lowerd.daemon.runtime import DaemonPaths, DaemonStatus, read_status
 from lowerd.daemon.workers import BuildRequest
-from lowerd.lowering.batch import failed_result
+from lowerd.project.batch import failed_result
 
 T = TypeVar("T")
 

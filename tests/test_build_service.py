@@ -45,9 +45,9 @@ async def test_jobs_bounds_the_builds_at_once(project: Path) -> None:
     pool.build_of("pkg").on_event({"type": "progress", "stage": "load", "detail": None})
     pool.build_of("tiny_linear").finish()
     pool.build_of("pkg").finish()
-    document, exit_code = await batch
+    document, outcome = await batch
     assert [t["name"] for t in document["targets"]] == ["tiny_linear", "refused", "pkg"]
-    assert exit_code == 0 and service.builds() == []
+    assert outcome == "ok" and service.builds() == []
     assert {"type": "progress", "target": "pkg", "stage": "load", "detail": None} in frames
 
 

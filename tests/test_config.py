@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from lowerd.lowering.backends import KNOWN_BACKENDS
-from lowerd.lowering.config import (
-    KeyLocator,
+from lowerd.project.backends import KNOWN_BACKENDS
+from lowerd.project.config import (
     TargetConfig,
     find_config,
     load_config,
     select_targets,
 )
-from lowerd.lowering.errors import ConfigError
+from lowerd.project.errors import ConfigError
+from lowerd.project.toml_lines import KeyLocator
 
 
 def write(folder: Path, text: str) -> Path:

@@ -41,7 +41,7 @@ from lowerd.daemon.runtime import (
     remove_files,
     write_status,
 )
-from lowerd.lowering.config import load_config
+from lowerd.project.config import load_config
 
 from helpers import (
     DEADLINE,

@@ -30,8 +30,8 @@ from lowerd.daemon.diagnostics import (
 )
 from lowerd.daemon.entry_site import entry_site
 from lowerd.daemon.settings import DEFAULT_TIMEOUT, Settings
-from lowerd.lowering.config import load_config
-from lowerd.lowering.module_paths import collapse_module_paths
+from lowerd.project.config import load_config
+from lowerd.project.module_paths import collapse_module_paths
 from lowerd.report_table import coverage_text
 
 MODEL = """\
@@ -167,7 +167,7 @@ def test_coverage_summary_names_backend_partitions_and_percent_rounded_down() ->
 
 
 def test_the_cli_and_the_editor_say_the_same_percent() -> None:
-    """One rounding rule (lowering/report_model.py: coverage_percent): 270 of 271 is 99 %, in the
+    """One rounding rule (project/report_model.py: coverage_percent): 270 of 271 is 99 %, in the
     editor's lens and in the CLI's report alike, never the 100 % that rounding would print."""
     method = {
         "ops": 271,

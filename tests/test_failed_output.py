@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from lowerd.cache.store import BlobStore
-from lowerd.lowering.batch import Batch, failed_result
 from lowerd.lowering.build import build_target
-from lowerd.lowering.build_state import load_state
-from lowerd.lowering.config import load_config
+from lowerd.project.batch import Batch, failed_result
+from lowerd.project.build_state import load_state
+from lowerd.project.config import load_config
 
 from helpers import write_text_atomic
 from stock import forget_project_modules

@@ -8,7 +8,7 @@ import pytest
 
 from lowerd.cache.store import BlobStore
 from lowerd.lowering.build import TargetResult, build_target
-from lowerd.lowering.config import ProjectConfig, load_config
+from lowerd.project.config import ProjectConfig, load_config
 
 from stock import forget_project_modules, sha256, stock_pte
 

@@ -9,9 +9,9 @@ import pytest
 
 from lowerd.cache.store import BlobStore
 from lowerd.lowering.build import TargetResult, build_target
-from lowerd.lowering.build_state import load_state, why_out_of_date
-from lowerd.lowering.config import ProjectConfig, load_config
-from lowerd.lowering.report_model import MethodReport
+from lowerd.project.build_state import load_state, why_out_of_date
+from lowerd.project.config import ProjectConfig, load_config
+from lowerd.project.report_model import MethodReport
 
 from stock import forget_project_modules, sha256, stock_pte
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from lowerd.lowering.build import build_target
-from lowerd.lowering.config import load_config
-from lowerd.lowering.report_model import MethodReport
+from lowerd.project.config import load_config
+from lowerd.project.report_model import MethodReport
 from lowerd.report_table import format_report
 
 from helpers import PROJECTS, line_marks

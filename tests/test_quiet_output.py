@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lowerd.lowering.library_output import log_level
+from lowerd.project.library_output import log_level
 
 from helpers import copy_project, lowerd
 

@@ -11,9 +11,9 @@ import pytest
 
 from lowerd.cache.store import BlobStore
 from lowerd.lowering.build import TargetResult, build_target
-from lowerd.lowering.config import load_config
 from lowerd.lowering.preprocess_codec import decode_results
 from lowerd.lowering.rebase import CannotRebase, rebase, rebase_xnnpack_blob
+from lowerd.project.config import load_config
 
 from stock import PROJECTS, forget_project_modules, importable_copy, sha256, stock_pte
 

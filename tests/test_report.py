@@ -11,7 +11,7 @@ from executorch.devtools.backend_debug import get_delegation_info
 from executorch.exir import to_edge_transform_and_lower
 
 from lowerd.lowering.build import build_target
-from lowerd.lowering.config import load_config
+from lowerd.project.config import load_config
 
 from stock import call_entry
 

@@ -19,14 +19,14 @@ import pytest_asyncio
 
 from lowerd.daemon.scheduler import Scheduler
 from lowerd.daemon.workers import BuildRequest
-from lowerd.lowering.build_state import (
+from lowerd.project.build_state import (
     FileStamp,
     TargetState,
     save_state,
     stamp_files,
     target_inputs_digest,
 )
-from lowerd.lowering.config import ProjectConfig, TargetConfig, load_config
+from lowerd.project.config import ProjectConfig, TargetConfig, load_config
 
 from helpers import (
     DEADLINE,

@@ -1,6 +1,6 @@
 /**
  * The JSON report `lowerd.report` returns (and `lowerd build --json` prints): the shape of
- * lowering/build.py TargetResult.to_json() and lowering/report_model.py, files relative to the
+ * lowering/build.py TargetResult.to_json() and project/report_model.py, files relative to the
  * project root. Parsing is lenient: unknown fields are ignored, missing ones get empty values,
  * so a newer server never breaks an older extension.
  */

@@ -9,7 +9,7 @@ import os
 
 from lowerd.cache.location import DEFAULT_MAX_BYTES, default_cache_dir, parse_size
 from lowerd.cache.store import BlobStore
-from lowerd.lowering.config import ConfigError, ProjectConfig
+from lowerd.project.config import ConfigError, ProjectConfig
 
 
 def store_for(config: ProjectConfig | None) -> BlobStore:

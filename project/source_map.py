@@ -13,7 +13,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from lowerd.lowering.report_model import Frame
+from lowerd.project.report_model import Frame
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<function>\S+))?')
 _NOT_USER_PARTS = {"site-packages", "dist-packages", ".venv", "venv", "__pycache__"}

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgpack
 
-from lowerd.lowering.config import ProjectConfig, TargetConfig
+from lowerd.project.config import ProjectConfig, TargetConfig
 
 STATE_VERSION = 1
 STATE_DIR = ".lowerd"

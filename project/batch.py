@@ -1,5 +1,5 @@
-"""One `lowerd build` of several targets: what is already up to date, the JSON document, the exit
-code.
+"""One `lowerd build` of several targets: what is already up to date, the JSON document, the
+outcome (which the CLI turns into its exit code).
 
 Shared by the in-process build (lowerd.build_command) and the daemon (lowerd.daemon.build_service),
 so that a build answers with the same document and exit code whichever path ran it. Nothing here
@@ -12,14 +12,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from lowerd.lowering.build_state import discard_failed_output, up_to_date_report
-from lowerd.lowering.config import ProjectConfig, TargetConfig, load_config, select_targets
-from lowerd.lowering.project_store import store_for
+from lowerd.project.build_state import discard_failed_output, up_to_date_report
+from lowerd.project.config import ProjectConfig, TargetConfig, load_config, select_targets
+from lowerd.project.project_store import store_for
 
-# Exit codes: every target built; a target failed (the others still build); usage or config.
-EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE = 0, 1, 2
+# How a build ended: every target built; a target failed (the others still build); a usage or
+# config error stopped it. cli/exit_codes.py maps each to the process's exit code.
+Outcome = Literal["ok", "target_failed", "usage"]
 
 TargetJson = dict[str, Any]
 
@@ -75,8 +76,8 @@ class Batch:
     def stale(self) -> list[TargetConfig]:
         return [target for target in self.targets if target.name not in self.results]
 
-    def outcome(self) -> tuple[dict[str, Any], int]:
-        """The JSON document and the exit code, once every target has its result."""
+    def outcome(self) -> tuple[dict[str, Any], Outcome]:
+        """The JSON document and how the build ended, once every target has its result."""
         results = [self.results[target.name] for target in self.targets]
         for result in results:
             discard_failed_output(self.config, result)
@@ -86,7 +87,7 @@ class Batch:
             "warnings": self._cache_warnings(results),
         }
         failed = any(result["status"] != "ok" for result in results)
-        return document, EXIT_TARGET_FAILED if failed else EXIT_OK
+        return document, "target_failed" if failed else "ok"
 
     def _cache_warnings(self, results: list[TargetJson]) -> list[str]:
         """Trim the cache to its cap, and say what of it could not be used.
