@@ -5,7 +5,8 @@ torch's `W…` log lines (its loggers carry their own stderr handlers, past the 
 torchao's "Failed to load …so" records, FutureWarnings raised inside torch's pytree code. Here
 each becomes a DEBUG record handed to the root logger's handlers, which are lowerd's: the CLI's
 stderr at $LOWERD_LOG_LEVEL (`--verbose`: DEBUG), the daemon's log at its level. A library's
-ERROR records keep their level: the default ERROR still shows them, as before.
+ERROR records too: what fails a build reaches the user as lowerd's own error at their line, and the
+library's record, its level kept in the text, is there for whoever debugs.
 
 What is the user's stays as it was: prints, and warnings whose file is not a library's (the
 user's code, or a library warning with a stacklevel that points at it). Torch-free.
@@ -31,7 +32,8 @@ class LibraryHandler(logging.Handler):
     """Stands in for a library logger's console handler."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.levelno < logging.ERROR:
+        if record.levelno > logging.DEBUG:
+            record.msg = f"({record.levelname}) {record.msg}"
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         # root.handle(), not a logger's: the root's own level (WARNING) would drop a DEBUG record
         # before the handlers, whose levels are the ones lowerd sets.

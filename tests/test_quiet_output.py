@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lowerd.project.library_output import log_level
+from lowerd.project.library_output import LibraryHandler, log_level
 
 from helpers import copy_project, lowerd
 
@@ -63,3 +63,28 @@ def test_an_unknown_log_level_falls_back(monkeypatch: pytest.MonkeyPatch) -> Non
     assert log_level("WARNING", "LOWERD_DAEMON_LOG_LEVEL", "LOWERD_LOG_LEVEL") == logging.WARNING
     monkeypatch.setenv("LOWERD_DAEMON_LOG_LEVEL", "debug")
     assert log_level("WARNING", "LOWERD_DAEMON_LOG_LEVEL", "LOWERD_LOG_LEVEL") == logging.DEBUG
+
+
+def test_a_library_error_record_is_kept_for_debugging_only() -> None:
+    """A library's ERROR record (torchao logs failures to load its kernels at that level) goes to
+    lowerd's handlers at DEBUG with its level in the text: the default output stays lowerd's."""
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    keep, root = Keep(level=logging.DEBUG), logging.getLogger()
+    root.addHandler(keep)
+    try:
+        library = logging.getLogger("torchao.kernel")
+        LibraryHandler().handle(
+            library.makeRecord(
+                "torchao.kernel", logging.ERROR, "f", 1, "Failed to load x.so", (), None
+            )
+        )
+    finally:
+        root.removeHandler(keep)
+    assert [(r.levelno, r.getMessage()) for r in seen] == [
+        (logging.DEBUG, "(ERROR) Failed to load x.so")
+    ]
