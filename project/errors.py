@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from lowerd.project.result import ErrorInfo
 
 
 @dataclass
@@ -22,7 +25,9 @@ class LowerdError(Exception):
 
     kind = "error"
 
-    def __init__(self, message: str, file: str | Path | None = None, line: int | None = None):
+    def __init__(
+        self, message: str, file: str | Path | None = None, line: int | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.location = Location(str(file) if file is not None else None, line)
@@ -31,13 +36,12 @@ class LowerdError(Exception):
         where = str(self.location)
         return f"{where}: {self.message}" if where else self.message
 
-    def to_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "message": self.message,
-            "file": self.location.file,
-            "line": self.location.line,
-        }
+    def info(self) -> ErrorInfo:
+        """The error as a target result carries it (project/result.py)."""
+        return ErrorInfo(self.kind, self.message, self.location.file, self.location.line)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.info().to_json()
 
 
 class ConfigError(LowerdError):

@@ -3,8 +3,16 @@ report can be stored, reloaded and shown by processes that never lower anything.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+# When leaving the fewest partitions takes more fixes than this, the hint also says what the
+# first ones do.
+EARLY_FIXES = 5
+# What MethodReport.to_json() adds to its fields, computed from them (coverage_of): from_json
+# drops them, and fills them again for a report stored before they existed.
+COMPUTED_FIELDS = ("coverage_percent", "summary", "fixes_hint")
 
 
 def coverage_percent(delegated: int, ops: int) -> int:
@@ -13,6 +21,90 @@ def coverage_percent(delegated: int, ops: int) -> int:
     if ops <= 0:
         return 0
     return 100 if delegated >= ops else delegated * 100 // ops
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What every view shows of a method's coverage, computed once (coverage_of)."""
+
+    percent: int
+    # "231 of 271 ops on XNNPACK in 42 partitions (85 %)", without the method's name
+    summary: str
+    # "3 fixes would make this 1 partition"; None when no fix would merge partitions
+    fixes_hint: str | None
+
+
+def coverage_of(
+    ops: int,
+    delegated: int,
+    backends: Mapping[str, Mapping[str, int]],
+    partitions_if_fixed: Sequence[int] | None = None,
+    boundaries: Sequence[int] = (),
+) -> Coverage:
+    """The one place the coverage sentence, its percent and the fixes hint are made: the CLI's
+    report, the editor's lens and hover, VS Code and Neovim show what this says.
+
+    `backends`: display name -> {"ops", "partitions"}; `partitions_if_fixed`: partitions left
+    after delegating the top 1, 2, … refusal groups (the lowering's own count), else estimated
+    from `boundaries`, each group's partition boundaries in the groups' order.
+    """
+    percent = coverage_percent(delegated, ops)
+    taking = [
+        (name, totals.get("ops", 0), totals.get("partitions", 0))
+        for name, totals in backends.items()
+        if totals.get("ops")
+    ]
+    if len(taking) == 1:
+        name, _, partitions = taking[0]
+        summary = f"{delegated} of {ops} ops on {name} in {_plural(partitions, 'partition')}"
+        summary += f" ({percent} %)"
+    elif not taking:
+        summary = f"0 of {ops} ops delegated (0 %)"
+    else:
+        each = ", ".join(f"{n} on {name} in {_plural(p, 'partition')}" for name, n, p in taking)
+        summary = f"{delegated} of {ops} ops delegated ({each}; {percent} %)"
+    current = sum(totals.get("partitions") or 0 for totals in backends.values())
+    after = _partitions_after_fixes(partitions_if_fixed, boundaries, current)
+    return Coverage(percent, summary, _fixes_hint(current, after))
+
+
+def _partitions_after_fixes(
+    counted: Sequence[int] | None, boundaries: Sequence[int], current: int
+) -> list[int]:
+    """Partitions left after fixing the top 1, 2, … refusal groups: the lowering's count, else
+    each group's boundaries taken off in turn."""
+    if counted:
+        return list(counted)
+    after, left = [], current
+    for merged in boundaries:
+        left = max(1, left - merged)
+        after.append(left)
+    return after
+
+
+def _fixes_hint(current: int, after: list[int]) -> str | None:
+    """ "3 fixes would make this 1 partition": how many of the top refusal groups must be
+    delegated to leave the fewest partitions; when that takes more than EARLY_FIXES, also the
+    best the first EARLY_FIXES do ("4 fixes would make this 6 partitions, 34 would make 1")."""
+    if current <= 1 or not after or min(after) >= current:
+        return None
+    fewest = min(after)
+    fixes = after.index(fewest) + 1
+    hint = f"{_fixes(fixes)} would make this {_plural(fewest, 'partition')}"
+    early = min(after[:EARLY_FIXES])
+    if fixes > EARLY_FIXES and early < current:
+        first = after.index(early) + 1
+        hint = f"{_fixes(first)} would make this {_plural(early, 'partition')}, {fixes} would "
+        hint += f"make {fewest}"
+    return hint
+
+
+def _fixes(count: int) -> str:
+    return f"{count} fix" if count == 1 else f"{count} fixes"
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 @dataclass
@@ -111,16 +203,46 @@ class MethodReport:
     # report replaces it.
     provisional: bool = False
 
+    def coverage_facts(self) -> Coverage:
+        return coverage_of(
+            self.ops,
+            self.ops_delegated,
+            self.backends,
+            self.partitions_if_fixed,
+            [group.boundaries for group in self.refusals],
+        )
+
+    @property
+    def coverage_percent(self) -> int:
+        return self.coverage_facts().percent
+
+    @property
+    def summary(self) -> str:
+        """ "231 of 271 ops on XNNPACK in 42 partitions (85 %)"."""
+        return self.coverage_facts().summary
+
+    @property
+    def fixes_hint(self) -> str | None:
+        """ "3 fixes would make this 1 partition", or None."""
+        return self.coverage_facts().fixes_hint
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        facts = self.coverage_facts()
+        return {
+            **asdict(self),
+            "coverage_percent": facts.percent,
+            "summary": facts.summary,
+            "fixes_hint": facts.fixes_hint,
+        }
 
     @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> MethodReport:
+    def from_json(cls, raw: Mapping[str, Any]) -> MethodReport:
+        fields = {key: value for key, value in raw.items() if key not in COMPUTED_FIELDS}
         return cls(
             **{
-                **raw,
-                "partitions": [PartitionSummary(**p) for p in raw["partitions"]],
-                "not_delegated": [_not_delegated(op) for op in raw["not_delegated"]],
+                **fields,
+                "partitions": [PartitionSummary(**p) for p in raw.get("partitions", [])],
+                "not_delegated": [_not_delegated(op) for op in raw.get("not_delegated", [])],
                 "refusals": [_refusal(group) for group in raw.get("refusals", [])],
                 "modules": [ModuleCoverage(**m) for m in raw.get("modules", [])],
             }
@@ -128,7 +250,8 @@ class MethodReport:
 
     def with_lines_moved(self, moves: dict[tuple[str, int], tuple[str, int]]) -> MethodReport:
         """The user's lines moved to where the code is now; library lines stay where they are."""
-        for op in [*self.not_delegated, *self.refusals]:
+        placed: list[NotDelegatedOp | RefusalGroup] = [*self.not_delegated, *self.refusals]
+        for op in placed:
             if op.file is not None and op.line is not None:
                 op.file, op.line = moves.get((op.file, op.line), (op.file, op.line))
         for partition in self.partitions:

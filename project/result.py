@@ -1,0 +1,244 @@
+"""A target's build result: the typed contract every path builds and reads.
+
+One shape, whoever makes it: a build (lowering/build.py), the daemon answering from a build record
+(build_state.up_to_date_report), the worker pool for a build that died or timed out
+(TargetResult.failed), the editor's view of a build still running (TargetResult.partitioned).
+Dicts exist only at the edges, through to_json()/from_json(): the `--json` document, the worker
+pipe, the daemon's socket, the build record and the editor's payloads.
+
+    {"name", "status": "ok"|"error", "output", "sha256", "seconds", "reused",
+     "cache": {"hits", "misses", "rebased"}, "methods": {NAME: MethodReport},
+     "error": {"kind", "message", "file", "line"} | None, "entry": {"file", "line"} | None,
+     "modules": {METHOD: {"file", "line", "name"}}, "memo": {KIND: {"hits", "misses"}},
+     "coverage": {"percent", "backends"}}
+
+`coverage` is computed from the methods (to_json writes it, from_json ignores it). No torch here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from lowerd.project.report_model import MethodReport, coverage_percent
+
+Status = Literal["ok", "error"]
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """Why a target failed, at the place to blame: {"kind", "message", "file", "line"}. `kind` is
+    a LowerdError's (config-error, export-error, ...) or the worker pool's (worker-crash,
+    worker-timeout, cancelled); the file is relative to the project root when inside it."""
+
+    kind: str
+    message: str
+    file: str | None = None
+    line: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "file": self.file, "line": self.line}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ErrorInfo:
+        return cls(
+            kind=str(raw.get("kind") or "error"),
+            message=str(raw.get("message") or ""),
+            file=raw.get("file"),
+            line=raw.get("line"),
+        )
+
+
+@dataclass(frozen=True)
+class CacheSummary:
+    """The build's partitions served from the blob cache (hits; of them, `rebased`: their debug
+    handles renumbered) and preprocessed afresh (misses)."""
+
+    hits: int = 0
+    misses: int = 0
+    rebased: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses, "rebased": self.rebased}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any] | None) -> CacheSummary:
+        raw = raw or {}
+        return cls(int(raw.get("hits", 0)), int(raw.get("misses", 0)), int(raw.get("rebased", 0)))
+
+
+@dataclass(frozen=True)
+class SourceSite:
+    """Where a definition is: a file named like the report's (relative to the root when inside
+    it), its line, and for a method's module the class name."""
+
+    file: str
+    line: int | None = None
+    name: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        raw: dict[str, Any] = {"file": self.file, "line": self.line}
+        if self.name is not None:
+            raw["name"] = self.name
+        return raw
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any] | None) -> SourceSite | None:
+        if not raw or raw.get("file") is None:
+            return None
+        return cls(str(raw["file"]), raw.get("line"), raw.get("name"))
+
+
+@dataclass(frozen=True)
+class TargetCoverage:
+    """Coverage over every method of a target: {"percent", "backends"}, the backends' display
+    names that took ops, most ops first. The same rounding rule as a method's."""
+
+    percent: int
+    backends: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"percent": self.percent, "backends": list(self.backends)}
+
+    @classmethod
+    def of(cls, methods: Mapping[str, MethodReport]) -> TargetCoverage:
+        ops = sum(report.ops for report in methods.values())
+        delegated = sum(report.ops_delegated for report in methods.values())
+        taken: dict[str, int] = {}
+        for report in methods.values():
+            for name, totals in report.backends.items():
+                if totals.get("ops"):
+                    taken[name] = taken.get(name, 0) + totals["ops"]
+        most_first = sorted(taken, key=lambda name: -taken[name])  # stable: ties keep order
+        return cls(coverage_percent(delegated, ops), tuple(most_first))
+
+
+@dataclass
+class TargetResult:
+    name: str
+    status: Status
+    seconds: float = 0.0
+    output: str | None = None
+    sha256: str | None = None
+    cache: CacheSummary = field(default_factory=CacheSummary)
+    methods: dict[str, MethodReport] = field(default_factory=dict)
+    error: ErrorInfo | None = None
+    # Where the entry function and each method's module class are defined: where editors put the
+    # coverage summary.
+    entry: SourceSite | None = None
+    modules: dict[str, SourceSite] = field(default_factory=dict)
+    # Why no lowering ran: "same-program" when every method exported to the program of the
+    # last build (a comment or unrelated edit), so its .pte was kept; "up-to-date" when nothing
+    # the last build read or wrote changed, answered from its record without a build.
+    reused: str | None = None
+    # Memoized stages besides blobs, by memo kind: {"qparams": {"hits": h, "misses": m}}.
+    memo: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    # Named constructors ----------------------------------------------------------------------
+
+    @classmethod
+    def failed(
+        cls,
+        name: str,
+        kind: str,
+        message: str,
+        file: str | None = None,
+        line: int | None = None,
+    ) -> TargetResult:
+        """A target's result when no build made one: a worker that died or timed out, a config
+        it could not read, a build cancelled by a newer one."""
+        return cls(name, "error", error=ErrorInfo(kind, message, file, line))
+
+    @classmethod
+    def up_to_date(
+        cls, name: str, recorded: Mapping[str, Any], seconds: float = 0.0
+    ) -> TargetResult:
+        """The last build's result from its build record, answered without building (in
+        `seconds`): nothing was served from the cache this time."""
+        result = cls.from_json(recorded)
+        cache = CacheSummary()
+        return replace(result, name=name, reused="up-to-date", cache=cache, seconds=seconds)
+
+    @classmethod
+    def partitioned(
+        cls, name: str, method: str, report: MethodReport, last: TargetResult | None
+    ) -> TargetResult:
+        """What the editor shows while a build still runs: a method's report as soon as it is
+        partitioned (or the last build's, provisionally), laid over the last result's methods
+        when that one built, with its entry and module sites."""
+        methods = dict(last.methods) if last is not None and last.status == "ok" else {}
+        methods[method] = report
+        return cls(
+            name,
+            "ok",
+            methods=methods,
+            entry=last.entry if last is not None else None,
+            modules=dict(last.modules) if last is not None else {},
+        )
+
+    def with_error(self, error: ErrorInfo) -> TargetResult:
+        """This result failed for another reason than the one it says (a MemoryError that the
+        worker's memory limit caused, reported as the worker's)."""
+        return replace(self, status="error", error=error)
+
+    def timed(self, seconds: float) -> TargetResult:
+        return replace(self, seconds=seconds)
+
+    # Derived ---------------------------------------------------------------------------------
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def coverage(self) -> TargetCoverage:
+        return TargetCoverage.of(self.methods)
+
+    # The JSON edge ---------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "output": self.output,
+            "sha256": self.sha256,
+            "seconds": round(self.seconds, 3),
+            "reused": self.reused,
+            "cache": self.cache.to_json(),
+            "methods": {name: report.to_json() for name, report in self.methods.items()},
+            "error": self.error.to_json() if self.error else None,
+            "entry": self.entry.to_json() if self.entry else None,
+            "modules": {name: site.to_json() for name, site in self.modules.items()},
+            "memo": {kind: dict(counts) for kind, counts in self.memo.items()},
+            "coverage": self.coverage.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> TargetResult:
+        """A result from its JSON; a record written by an older lowerd (no memo, no modules, no
+        computed fields) reads with their defaults."""
+        status: Status = "ok" if raw.get("status") == "ok" else "error"
+        error = raw.get("error")
+        modules = {
+            method: site
+            for method, raw_site in (raw.get("modules") or {}).items()
+            if (site := SourceSite.from_json(raw_site)) is not None
+        }
+        return cls(
+            name=str(raw.get("name", "")),
+            status=status,
+            seconds=float(raw.get("seconds") or 0.0),
+            output=raw.get("output"),
+            sha256=raw.get("sha256"),
+            cache=CacheSummary.from_json(raw.get("cache")),
+            methods={
+                name: MethodReport.from_json(report)
+                for name, report in (raw.get("methods") or {}).items()
+            },
+            error=ErrorInfo.from_json(error) if error else None,
+            entry=SourceSite.from_json(raw.get("entry")),
+            modules=modules,
+            reused=raw.get("reused"),
+            memo={kind: dict(counts) for kind, counts in (raw.get("memo") or {}).items()},
+        )
