@@ -4,7 +4,9 @@ On a copy of tests/projects/nvim, the driver (editors/neovim/test/e2e.lua) opens
 for lowerd's not-delegated diagnostics on the refused lines, runs :LowerdRelated on the norm line
 (ops torch.nn's RMSNorm made: the location list of the library lines, and the jump to the first),
 rewrites the pow line to `x * x`, writes the file, and waits for that line's diagnostic to go
-while the cumsum one stays.
+while the cumsum one stays; then for the statusline to show the server's coverage, and opens
+:LowerdModules, whose first line is the server's coverage sentence (issue 12 §4: the editor shows
+what the server computed).
 Lines are found by their `# LINE-MARK: <name>` comments (tests/projects/README.md).
 """
 
@@ -157,8 +159,26 @@ def test_the_library_lines_of_a_lines_ops_in_the_location_list(
 def test_phases_in_order(session: tuple[dict[str, Any], str, Path]):
     result, log, _ = session
     names = [phase["name"] for phase in result["phases"]]
-    assert names == ["attached", "diagnostics", "related", "after-write"], log
+    phases = ["attached", "diagnostics", "related", "after-write", "coverage", "modules"]
+    assert names == phases, log
     assert all(phase["ok"] for phase in result["phases"]), log
+
+
+def test_coverage_as_the_server_words_it(session: tuple[dict[str, Any], str, Path]):
+    """The statusline shows the target's coverage the server sent ({percent, backends}) and
+    :LowerdModules heads the method with the server's sentence: one method, so one percent."""
+    result, log, _ = session
+    assert result["ok"], f"{result['message']}\n{log}"
+    status = re.fullmatch(r"XNNPACK (\d+) %", result["status"])
+    assert status, result["status"]
+    first = result["module_lines"][0]
+    sentence = re.fullmatch(
+        r"net · forward: (\d+) of (\d+) ops on XNNPACK in \d+ partitions? \((\d+) %\)", first
+    )
+    assert sentence, first
+    delegated, ops, percent = map(int, sentence.groups())
+    assert 0 < delegated < ops  # the cumsum stays on the CPU
+    assert int(status.group(1)) == percent < 100
 
 
 def test_lua_units(tmp_path: Path):

@@ -5,7 +5,9 @@
 -- while the other refused op's stays. Writes what it saw as JSON to $LOWERD_NVIM_RESULT and quits.
 --
 -- Before the edit, on the line of ops a library made, :LowerdRelated's location list (the
--- diagnostic's relatedInformation) and where its first item jumps.
+-- diagnostic's relatedInformation) and where its first item jumps. After it, the statusline text
+-- once it shows the server's coverage, and the first line of :LowerdModules' buffer (the server's
+-- coverage sentence).
 --
 -- Environment: LOWERD_NVIM_RTP (editors/neovim), LOWERD_NVIM_PYTHON, LOWERD_NVIM_FILE (the
 -- model), LOWERD_NVIM_EDIT_LINE / LOWERD_NVIM_KEEP_LINE (1-based lines of the op edited away and
@@ -143,7 +145,27 @@ local ok, err = pcall(function()
     return finish(false, "the edited op's diagnostic did not go (or the other one went too)")
   end
   result.after = lowerd_diagnostics(bufnr)
-  result.status = require("lowerd").status(bufnr)
+
+  -- The statusline once the last build's report is in: the server's coverage, as sent.
+  local lowerd = require("lowerd")
+  if not wait_for("coverage", function()
+    result.status = lowerd.status(bufnr)
+    return result.status:match("%d+ %%$") ~= nil
+  end) then
+    return finish(false, "the statusline shows no coverage: " .. tostring(result.status))
+  end
+
+  -- :LowerdModules: a summary line per target and method, then the module rows.
+  lowerd.modules()
+  if not wait_for("modules", function()
+    local modules = vim.fn.bufnr("lowerd://modules")
+    return modules ~= -1 and vim.api.nvim_buf_get_lines(modules, 0, 1, false)[1] ~= ""
+  end) then
+    return finish(false, ":LowerdModules showed nothing")
+  end
+  result.module_lines = vim.api.nvim_buf_get_lines(vim.fn.bufnr("lowerd://modules"), 0, -1, false)
+  -- Again, from the report :LowerdModules fetched (a refresh after the build may have lagged).
+  result.status = lowerd.status(bufnr)
   finish(true, "ok")
 end)
 

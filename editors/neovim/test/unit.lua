@@ -40,10 +40,14 @@ local RESULT = {
       error = vim.NIL,
       entry = { file = "models/net.py", line = 22 },
       modules = { forward = { file = "models/net.py", line = 9 } },
+      coverage = { percent = 50, backends = { "XNNPACK" } },
       methods = {
         forward = {
           ops = 4,
           ops_delegated = 2,
+          coverage_percent = 50,
+          summary = "2 of 4 ops on XNNPACK in 2 partitions (50 %)",
+          fixes_hint = vim.NIL,
           backends = { XNNPACK = { ops = 2, partitions = 2 } },
           partitions = {
             { backend = "XNNPACK", ops = 1, cache = "hit", sources = { { "models/net.py", 16, "aten.linear.default" } } },
@@ -62,28 +66,21 @@ local RESULT = {
       error = { kind = "export-error", message = "boom", file = "models/broken.py", line = 5 },
       entry = { file = "models/broken.py", line = 9 },
       modules = {},
+      coverage = { percent = 0, backends = {} }, -- as the server sends a failed target's
       methods = {},
     },
     { name = "later" },
   },
 }
 
-test("percent rounds down; 100 only when all ops are delegated", function()
-  equal(report.percent(231, 271), 85)
-  equal(report.percent(999, 1000), 99)
-  equal(report.percent(4, 4), 100)
-  equal(report.percent(0, 0), 0)
-end)
-
-test("method_summary words one backend, several, and none", function()
-  equal(report.method_summary("forward", RESULT.targets[1].methods.forward),
+test("method_line puts the name before the server's sentence and hint, computing nothing", function()
+  equal(report.method_line("forward", RESULT.targets[1].methods.forward),
     "forward: 2 of 4 ops on XNNPACK in 2 partitions (50 %)")
-  equal(report.method_summary("f", {
-    ops = 10, ops_delegated = 9,
-    backends = { XNNPACK = { ops = 2, partitions = 1 }, Vulkan = { ops = 7, partitions = 2 } },
-  }), "f: 9 of 10 ops delegated (7 on Vulkan in 2 partitions, 2 on XNNPACK in 1 partition; 90 %)")
-  equal(report.method_summary("g", { ops = 3, ops_delegated = 0, backends = {} }),
-    "g: 0 of 3 ops delegated (0 %)")
+  equal(report.method_line("f", { ops = 271, ops_delegated = 270, summary = "as the server says",
+    fixes_hint = "3 fixes would make this 1 partition" }),
+    "f: as the server says; 3 fixes would make this 1 partition")
+  -- An older server: no sentence, no hint, nothing made up from the counts.
+  equal(report.method_line("g", { ops = 3, ops_delegated = 0, backends = {} }), "g")
 end)
 
 test("quickfix lists failed targets and ops left on the CPU at their lines", function()
@@ -110,6 +107,25 @@ test("status_text: coverage of the targets touching the file, red words on failu
   equal(report.status_text(RESULT, "/p", "/elsewhere.py"), "lowerd: broken failed")
   equal(report.status_text({ error = { message = "x" }, targets = {} }, "/p", "/p/a.py"),
     "lowerd: config error")
+end)
+
+test("status_text shows the lowest coverage the server sent among the targets touching the file", function()
+  local function target(name, file, coverage)
+    return { name = name, status = "ok", entry = { file = file, line = 1 }, coverage = coverage,
+      methods = { forward = { ops = 100, ops_delegated = 100 } } }
+  end
+  local result = { error = vim.NIL, targets = {
+    target("big", "models/shared.py", { percent = 97, backends = { "Vulkan", "XNNPACK" } }),
+    target("small", "models/shared.py", { percent = 85, backends = { "XNNPACK" } }),
+    target("other", "models/other.py", { percent = 3, backends = {} }),
+    target("old", "models/old.py", vim.NIL), -- an older server's: no coverage sent
+  } }
+  equal(report.status_text(result, "/p", "/p/models/shared.py"), "XNNPACK 85 %")
+  equal(report.status_text(result, "/p", "/p/models/other.py"), "CPU only 3 %")
+  equal(report.status_text(result, "/p", "/elsewhere.py"), "CPU only 3 %")
+  equal(report.status_text(result, "/p", "/p/models/old.py"), "lowerd")
+  equal(report.lowest_coverage({ { status = "error", coverage = { percent = 0, backends = {} } },
+    { status = "ok", coverage = { percent = 5, backends = { "XNNPACK" } } } }).percent, 5)
 end)
 
 test("summary_chunks has a line per target and method", function()
@@ -140,7 +156,9 @@ local function norm_group(op, line, boundaries)
     boundaries = boundaries, elements = 256 }
 end
 local LLAMA = {
-  ops = 40, ops_delegated = 32,
+  ops = 40, ops_delegated = 32, coverage_percent = 80,
+  summary = "32 of 40 ops on XNNPACK in 5 partitions (80 %)",
+  fixes_hint = "1 fix would make this 1 partition",
   backends = { XNNPACK = { ops = 32, partitions = 5 } },
   not_delegated = {},
   refusals = { norm_group("aten.add.Scalar", 69, 4), norm_group("aten.mean.dim", 68, 0) },
@@ -160,18 +178,6 @@ table.insert(LLAMA.not_delegated, vim.tbl_extend("force", norm_op("aten.add.Scal
   { line = 30, module_path = "model.norm" }))
 table.insert(LLAMA.refusals[1].nodes, "aten.add.Scalar9")
 local LLAMA_RESULT = { targets = { { name = "llama", status = "ok", methods = { forward = LLAMA } } } }
-
-test("fixes_hint counts the top groups leaving the fewest partitions, as the lens says", function()
-  equal(report.fixes_hint(LLAMA), "1 fix would make this 1 partition")
-  equal(report.fixes_hint(vim.tbl_extend("force", LLAMA, { partitions_if_fixed = { 4, 1, 1 } })),
-    "2 fixes would make this 1 partition")
-  equal(report.fixes_hint(vim.tbl_extend("force", LLAMA, { partitions_if_fixed = { 5 } })), nil)
-  equal(report.fixes_hint(RESULT.targets[1].methods.forward), nil) -- no groups: an older server
-  local llama = { 9, 8, 7, 6, 6, 5, 3, 3, 3, 5, 6, 6, 4, 4, 4, 4, 4, 3, 5, 8, 6, 4, 4, 5, 4, 3,
-    4, 4, 3, 2, 2, 2, 2, 1, 1 }
-  equal(report.fixes_hint({ backends = { XNNPACK = { ops = 130, partitions = 13 } },
-    partitions_if_fixed = llama }), "4 fixes would make this 6 partitions, 34 would make 1")
-end)
 
 test("quickfix lists refusal groups most costly first, per user line, with their library line", function()
   local items = report.quickfix(LLAMA_RESULT, "/p")

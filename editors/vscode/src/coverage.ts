@@ -1,7 +1,7 @@
 /**
- * Coverage arithmetic over report targets: which targets a file touches, and how much of their
- * ops run on a delegate. Percentages are rounded down, as the server's code lenses do, so that
- * "100 %" means every op is delegated.
+ * Which targets a file touches, and the coverage the server computed for them: the server
+ * words each method's sentence, percent and fixes hint and each target's percent; the
+ * extension only shows them.
  */
 
 import * as path from "node:path";
@@ -57,15 +57,11 @@ export function targetsTouching(report: Report, root: string, file: string): Tar
   );
 }
 
-export interface Coverage {
-  ops: number;
-  delegated: number;
-  /** 0..100, rounded down; 100 only when every op is delegated. */
-  percent: number;
-  /** Backends that took ops, most ops first. */
-  backends: string[];
-}
-
+/**
+ * A module row's percent: the server sends each method's and target's percent but not one per
+ * module row, so this rounds the row's counts by the server's rule (down, 100 only when every
+ * op is delegated).
+ */
 export function percentOf(delegated: number, ops: number): number {
   if (ops <= 0 || delegated >= ops) {
     return ops <= 0 ? 0 : 100;
@@ -73,97 +69,27 @@ export function percentOf(delegated: number, ops: number): number {
   return Math.floor((delegated / ops) * 100);
 }
 
-export function coverageOf(methods: MethodReport[]): Coverage {
-  let ops = 0;
-  let delegated = 0;
-  const perBackend = new Map<string, number>();
-  for (const method of methods) {
-    ops += method.ops;
-    delegated += method.opsDelegated;
-    for (const [backend, totals] of Object.entries(method.backends)) {
-      if (totals.ops > 0) {
-        perBackend.set(backend, (perBackend.get(backend) ?? 0) + totals.ops);
-      }
+/**
+ * "forward: 231 of 271 ops on XNNPACK in 42 partitions (85 %)": the method's name and the
+ * server's sentence; the name alone from an older server that sends none.
+ */
+export function methodLine(name: string, method: MethodReport): string {
+  return method.summary ? `${name}: ${method.summary}` : name;
+}
+
+/**
+ * The built target with the lowest coverage the server sent, the first of equals; null when
+ * none has any (not built, failed, or an older server).
+ */
+export function lowestCoverage(targets: TargetResult[]): TargetResult | null {
+  let lowest: TargetResult | null = null;
+  for (const target of targets) {
+    if (target.status !== "ok" || !target.coverage) {
+      continue;
+    }
+    if (!lowest?.coverage || target.coverage.percent < lowest.coverage.percent) {
+      lowest = target;
     }
   }
-  const backends = [...perBackend.entries()]
-    .sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0]))
-    .map(([backend]) => backend);
-  return { ops, delegated, percent: percentOf(delegated, ops), backends };
-}
-
-export function methodsOf(targets: TargetResult[]): MethodReport[] {
-  return targets.flatMap((target) => Object.values(target.methods));
-}
-
-function plural(count: number, noun: string): string {
-  return count === 1 ? `${count} ${noun}` : `${count} ${noun}s`;
-}
-
-/**
- * "forward: 231 of 271 ops on XNNPACK in 42 partitions (85 %)", the wording of the server's
- * code lens (daemon/diagnostics.py coverage_summary).
- */
-export function methodSummary(name: string, method: MethodReport): string {
-  const percent = percentOf(method.opsDelegated, method.ops);
-  const backends = Object.entries(method.backends).filter(([, totals]) => totals.ops > 0);
-  if (backends.length === 0) {
-    return `${name}: 0 of ${method.ops} ops delegated (0 %)`;
-  }
-  const [only] = backends;
-  if (backends.length === 1 && only) {
-    const [backend, totals] = only;
-    const where = `on ${backend} in ${plural(totals.partitions, "partition")}`;
-    return `${name}: ${method.opsDelegated} of ${method.ops} ops ${where} (${percent} %)`;
-  }
-  const each = backends
-    .map(([backend, t]) => `${t.ops} on ${backend} in ${plural(t.partitions, "partition")}`)
-    .join(", ");
-  return `${name}: ${method.opsDelegated} of ${method.ops} ops delegated (${each}; ${percent} %)`;
-}
-
-export function partitionCount(method: MethodReport): number {
-  return Object.values(method.backends).reduce((sum, totals) => sum + totals.partitions, 0);
-}
-
-/** When leaving the fewest partitions takes more fixes than this, the hint says what the first do. */
-export const EARLY_FIXES = 5;
-
-/**
- * Partitions left after fixing the top 1, 2, … refusal groups: the server's count
- * (`partitions_if_fixed`), else each group's boundaries taken off in turn.
- */
-export function partitionsAfterFixes(method: MethodReport): number[] {
-  if (method.partitionsIfFixed) {
-    return method.partitionsIfFixed;
-  }
-  let left = partitionCount(method);
-  return method.refusals.map((group) => (left = Math.max(1, left - group.boundaries)));
-}
-
-function fixes(count: number): string {
-  return count === 1 ? "1 fix" : `${count} fixes`;
-}
-
-/**
- * "3 fixes would make this 1 partition": how many of the top refusal groups (in the report's
- * order) must be delegated to leave the fewest partitions, and when that takes more than
- * EARLY_FIXES, what the first ones do ("4 fixes would make this 6 partitions, 34 would make 1");
- * the wording of the server's coverage lens (daemon/diagnostics.py fixes_hint). null when no fix
- * would merge partitions.
- */
-export function fixesHint(method: MethodReport): string | null {
-  const current = partitionCount(method);
-  const after = partitionsAfterFixes(method);
-  if (current <= 1 || after.length === 0 || Math.min(...after) >= current) {
-    return null;
-  }
-  const fewest = Math.min(...after);
-  const count = after.indexOf(fewest) + 1;
-  const early = Math.min(...after.slice(0, EARLY_FIXES));
-  if (count > EARLY_FIXES && early < current) {
-    const first = after.indexOf(early) + 1;
-    return `${fixes(first)} would make this ${plural(early, "partition")}, ${count} would make ${fewest}`;
-  }
-  return `${fixes(count)} would make this ${plural(fewest, "partition")}`;
+  return lowest;
 }

@@ -85,6 +85,18 @@ export interface MethodReport {
   ops: number;
   opsDelegated: number;
   coverage: number;
+  /**
+   * The server's percent (`coverage_percent`, rounded so that 100 means every op is delegated);
+   * null from an older server.
+   */
+  coveragePercent: number | null;
+  /**
+   * The server's coverage sentence without the method's name ("231 of 271 ops on XNNPACK in
+   * 42 partitions (85 %)"); null from an older server.
+   */
+  summary: string | null;
+  /** What fixing the top refusal groups would do ("3 fixes would make this 1 partition"). */
+  fixesHint: string | null;
   backends: Record<string, BackendTotals>;
   partitions: Partition[];
   notDelegated: NotDelegatedOp[];
@@ -92,8 +104,6 @@ export interface MethodReport {
   refusals: RefusalGroup[];
   /** Coverage over the module tree, parents before children; [] from an older server. */
   modules: ModuleCoverage[];
-  /** Partitions left after fixing the top 1, 2, … refusal groups, when the server counted. */
-  partitionsIfFixed: number[] | null;
 }
 
 export interface TargetError {
@@ -103,6 +113,13 @@ export interface TargetError {
   line: number | null;
 }
 
+/** A target's coverage as the server computed it over its methods. */
+export interface TargetCoverage {
+  percent: number;
+  /** Display names of the backends that took ops, most ops first; [] when the CPU runs all. */
+  backends: string[];
+}
+
 export interface TargetResult {
   name: string;
   status: string;
@@ -110,6 +127,8 @@ export interface TargetResult {
   seconds: number | null;
   cache: { hits: number; misses: number; rebased: number } | null;
   methods: Record<string, MethodReport>;
+  /** The server's; null for a target not built yet, or from an older server. */
+  coverage: TargetCoverage | null;
   error: TargetError | null;
   entry: SourceSite | null;
   modules: Record<string, SourceSite>;
@@ -220,14 +239,6 @@ function parseModule(value: unknown): ModuleCoverage {
   };
 }
 
-function parsePartitionsIfFixed(value: unknown): number[] | null {
-  if (!Array.isArray(value) || value.length === 0) {
-    return null;
-  }
-  const counts = value.filter((n): n is number => typeof n === "number" && Number.isInteger(n));
-  return counts.length === value.length ? counts : null;
-}
-
 function parseSource(value: unknown): [string, number, string] | null {
   const [file, line, op] = asArray(value);
   if (typeof file !== "string" || typeof line !== "number") {
@@ -263,12 +274,14 @@ export function parseMethod(value: unknown): MethodReport {
     ops: asNumber(raw.ops),
     opsDelegated: asNumber(raw.ops_delegated),
     coverage: asNumber(raw.coverage),
+    coveragePercent: asNullableNumber(raw.coverage_percent),
+    summary: asNullableString(raw.summary),
+    fixesHint: asNullableString(raw.fixes_hint),
     backends: parseBackends(raw.backends),
     partitions: asArray(raw.partitions).map(parsePartition),
     notDelegated: asArray(raw.not_delegated).map(parseNotDelegated),
     refusals: asArray(raw.refusals).map(parseRefusal),
     modules: asArray(raw.modules).map(parseModule),
-    partitionsIfFixed: parsePartitionsIfFixed(raw.partitions_if_fixed),
   };
 }
 
@@ -282,6 +295,13 @@ function parseError(value: unknown): TargetError | null {
     file: asNullableString(value.file),
     line: asNullableNumber(value.line),
   };
+}
+
+function parseCoverage(value: unknown): TargetCoverage | null {
+  if (!isObject(value) || typeof value.percent !== "number" || !Number.isFinite(value.percent)) {
+    return null;
+  }
+  return { percent: value.percent, backends: asStrings(value.backends) };
 }
 
 function parseCache(value: unknown): TargetResult["cache"] {
@@ -315,6 +335,7 @@ export function parseTarget(value: unknown): TargetResult {
     seconds: asNullableNumber(raw.seconds),
     cache: parseCache(raw.cache),
     methods,
+    coverage: parseCoverage(raw.coverage),
     error: parseError(raw.error),
     entry: parseSite(raw.entry),
     modules,

@@ -7,7 +7,7 @@
 
 import * as path from "node:path";
 
-import { fixesHint, methodSummary, percentOf } from "./coverage";
+import { methodLine, percentOf } from "./coverage";
 import {
   isBuilt,
   type LibraryFrame,
@@ -59,11 +59,15 @@ const CACHE_WORDS: Record<string, string> = {
   uncached: "not cached",
 };
 
+/** The server's percent as a bar; none from an older server that sends no percent. */
 function coverageBar(method: MethodReport): string {
-  const percent = method.ops > 0 ? Math.min(100, (method.opsDelegated / method.ops) * 100) : 0;
+  if (method.coveragePercent === null) {
+    return "";
+  }
+  const percent = Math.max(0, Math.min(100, method.coveragePercent));
   return (
-    `<div class="bar" role="img" aria-label="${percent.toFixed(0)} % delegated">` +
-    `<div class="fill" style="width:${percent.toFixed(1)}%"></div></div>`
+    `<div class="bar" role="img" aria-label="${percent} % delegated">` +
+    `<div class="fill" style="width:${percent}%"></div></div>`
   );
 }
 
@@ -187,6 +191,7 @@ function modulesTable(modules: ModuleCoverage[]): string {
   const listed = new Set(modules.map((module) => module.path));
   const rows = modules.map((module) => {
     const depth = depthAmong(module.path, listed);
+    // The server sends no percent per module row: its counts, rounded by the server's rule.
     const percent = percentOf(module.opsDelegated, module.ops);
     const name = module.path === "" ? "(model)" : module.path;
     const full = module.ops > 0 && module.opsDelegated >= module.ops;
@@ -217,9 +222,9 @@ function refusedSection(method: MethodReport): string {
 }
 
 function methodSection(name: string, method: MethodReport): string {
-  const hint = fixesHint(method);
+  const hint = method.fixesHint;
   return (
-    `<section class="method"><h3>${escapeHtml(methodSummary(name, method))}</h3>` +
+    `<section class="method"><h3>${escapeHtml(methodLine(name, method))}</h3>` +
     coverageBar(method) +
     (hint ? `<p class="fixes">${escapeHtml(hint)}</p>` : "") +
     backendTable(method) +

@@ -1,10 +1,10 @@
 /**
- * What the status bar item says: coverage of the targets touching the active file
- * ("XNNPACK 85 %"), a spinner while building, an error look when one of them failed.
- * A pure function of the report, the active file and the server's state.
+ * What the status bar item says: the lowest coverage among the targets touching the active file,
+ * as the server computed it ("XNNPACK 85 %"), a spinner while building, an error look when one
+ * of them failed. A pure function of the report, the active file and the server's state.
  */
 
-import { coverageOf, methodSummary, methodsOf, targetsTouching } from "./coverage";
+import { lowestCoverage, methodLine, targetsTouching } from "./coverage";
 import { isBuilt, isFailed, type Report, type TargetResult } from "./report";
 
 export type ServerState = "starting" | "running" | "stopped" | "missing";
@@ -29,9 +29,15 @@ export interface StatusView {
 
 const SPINNER = "$(sync~spin)";
 
-/** "XNNPACK 85 %", "XNNPACK+Vulkan 97 %", or "CPU only 0 %" when no backend took an op. */
-export function coverageText(targets: TargetResult[]): string {
-  const coverage = coverageOf(methodsOf(targets));
+/**
+ * The coverage of the target with the lowest: "XNNPACK 85 %", "Vulkan+XNNPACK 97 %", or
+ * "CPU only 0 %" when no backend took an op; null when no target has a coverage.
+ */
+export function coverageText(targets: TargetResult[]): string | null {
+  const coverage = lowestCoverage(targets)?.coverage;
+  if (!coverage) {
+    return null;
+  }
   const where = coverage.backends.length ? coverage.backends.join("+") : "CPU only";
   return `${where} ${coverage.percent} %`;
 }
@@ -49,7 +55,7 @@ function targetLines(targets: TargetResult[]): string[] {
       continue;
     }
     for (const [name, method] of Object.entries(target.methods)) {
-      lines.push(`${target.name} · ${methodSummary(name, method)}`);
+      lines.push(`${target.name} · ${methodLine(name, method)}`);
     }
   }
   return lines;
@@ -107,5 +113,10 @@ export function statusView(input: StatusInput): StatusView {
       look: "error",
     };
   }
-  return { text: `${spinner}${coverageText(shown)}`, tooltip: tooltip.join("\n"), look: "normal" };
+  const coverage = coverageText(shown);
+  return {
+    text: coverage ? `${spinner}${coverage}` : `${spinner || "$(circuit-board) "}lowerd`,
+    tooltip: tooltip.join("\n"),
+    look: "normal",
+  };
 }

@@ -1,18 +1,11 @@
 import { describe, expect, it } from "vitest";
 
-import {
-  coverageOf,
-  filesOf,
-  methodSummary,
-  methodsOf,
-  percentOf,
-  targetsTouching,
-} from "../src/coverage";
-import { parseMethod } from "../src/report";
+import { filesOf, lowestCoverage, methodLine, percentOf, targetsTouching } from "../src/coverage";
+import { parseMethod, parseTarget } from "../src/report";
 import { fixtureReport, ROOT } from "./fixture";
 
-describe("percentOf", () => {
-  it("rounds down so that 100 % means every op", () => {
+describe("percentOf (module rows only: the server sends no percent per row)", () => {
+  it("rounds down so that 100 % means every op, as the server does", () => {
     expect(percentOf(231, 271)).toBe(85);
     expect(percentOf(999, 1000)).toBe(99);
     expect(percentOf(4, 4)).toBe(100);
@@ -39,38 +32,37 @@ describe("targetsTouching", () => {
   });
 });
 
-describe("coverageOf", () => {
-  it("adds up ops over methods and names the backends by ops", () => {
-    const report = fixtureReport();
-    const coverage = coverageOf(methodsOf(report.targets.slice(0, 3)));
-    expect(coverage).toEqual({ ops: 10, delegated: 8, percent: 80, backends: ["XNNPACK"] });
+describe("lowestCoverage", () => {
+  const target = (name: string, coverage: unknown): ReturnType<typeof parseTarget> =>
+    parseTarget({ name, status: "ok", coverage });
+
+  it("picks the target with the lowest percent the server sent, the first of equals", () => {
+    const targets = [
+      target("a", { percent: 97, backends: ["Vulkan", "XNNPACK"] }),
+      target("b", { percent: 85, backends: ["XNNPACK"] }),
+      target("c", { percent: 85, backends: [] }),
+    ];
+    expect(lowestCoverage(targets)?.name).toBe("b");
+    expect(lowestCoverage(fixtureReport().targets.slice(0, 3))?.name).toBe("refused");
   });
 
-  it("orders several backends by the ops they took", () => {
-    const method = parseMethod({
-      ops: 10,
-      ops_delegated: 9,
-      backends: { XNNPACK: { ops: 2, partitions: 1 }, Vulkan: { ops: 7, partitions: 2 }, CoreML: { ops: 0 } },
-    });
-    expect(coverageOf([method]).backends).toEqual(["Vulkan", "XNNPACK"]);
+  it("skips targets without a coverage (not built, an older server) and failed ones", () => {
+    const failed = parseTarget({ name: "failed", status: "error", coverage: { percent: 0, backends: [] } });
+    const targets = [parseTarget({ name: "later" }), target("old", undefined), failed, target("b", { percent: 100, backends: [] })];
+    expect(lowestCoverage(targets)?.name).toBe("b");
+    expect(lowestCoverage(targets.slice(0, 3))).toBeNull();
   });
 });
 
-describe("methodSummary", () => {
-  it("words one backend like the server's code lens", () => {
+describe("methodLine", () => {
+  it("puts the method's name before the server's sentence", () => {
     const forward = fixtureReport().targets[0]!.methods.forward!;
-    expect(methodSummary("forward", forward)).toBe("forward: 2 of 4 ops on XNNPACK in 2 partitions (50 %)");
+    expect(methodLine("forward", forward)).toBe("forward: 2 of 4 ops on XNNPACK in 2 partitions (50 %)");
   });
 
-  it("words several backends and none", () => {
-    const two = parseMethod({
-      ops: 10,
-      ops_delegated: 9,
-      backends: { XNNPACK: { ops: 2, partitions: 1 }, Vulkan: { ops: 7, partitions: 2 } },
-    });
-    expect(methodSummary("forward", two)).toBe(
-      "forward: 9 of 10 ops delegated (2 on XNNPACK in 1 partition, 7 on Vulkan in 2 partitions; 90 %)",
-    );
-    expect(methodSummary("f", parseMethod({ ops: 3 }))).toBe("f: 0 of 3 ops delegated (0 %)");
+  it("shows the sentence as sent, computing nothing", () => {
+    const method = parseMethod({ ops: 271, ops_delegated: 270, summary: "whatever the server says" });
+    expect(methodLine("f", method)).toBe("f: whatever the server says");
+    expect(methodLine("f", parseMethod({ ops: 3 }))).toBe("f"); // an older server: no sentence
   });
 });

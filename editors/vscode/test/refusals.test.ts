@@ -7,7 +7,6 @@ import { readFileSync } from "node:fs";
 import * as path from "node:path";
 import { describe, expect, it } from "vitest";
 
-import { fixesHint, partitionCount } from "../src/coverage";
 import { parseMethod, parseReport } from "../src/report";
 import { renderReportPage } from "../src/reportHtml";
 
@@ -50,6 +49,9 @@ const METHOD = {
   ops: 40,
   ops_delegated: 32,
   coverage: 0.8,
+  coverage_percent: 80,
+  summary: "32 of 40 ops on XNNPACK in 5 partitions (80 %)",
+  fixes_hint: "1 fix would make this 1 partition",
   backends: { XNNPACK: { ops: 32, partitions: 5 } },
   partitions: [],
   not_delegated: [0, 1, 2, 3].flatMap((i) => [
@@ -101,7 +103,6 @@ describe("parsing issue 11's fields", () => {
       instances: 4,
     });
     expect(method.modules[0]!.instances).toBe(1); // an older server's row: one module
-    expect(method.partitionsIfFixed).toBeNull();
   });
 
   it("tolerates an older server's report and junk in the new fields", () => {
@@ -112,34 +113,17 @@ describe("parsing issue 11's fields", () => {
     const junk = parseMethod({
       refusals: [{ library: "x", nodes: [1, "a"] }],
       modules: "x",
-      partitions_if_fixed: [3, "x"],
     });
     expect(junk.refusals[0]).toMatchObject({ op: "?", library: null, nodes: ["a"], count: 0 });
     expect(junk.modules).toEqual([]);
-    expect(junk.partitionsIfFixed).toBeNull();
   });
 });
 
-describe("fixesHint", () => {
-  it("counts the top groups that leave the fewest partitions, as the server's lens says", () => {
-    const counted = parseMethod({ ...METHOD, partitions_if_fixed: [3, 1, 1] });
-    expect(partitionCount(counted)).toBe(5);
-    expect(fixesHint(counted)).toBe("2 fixes would make this 1 partition");
-    expect(fixesHint(parseMethod({ ...METHOD, partitions_if_fixed: [4] }))).toBe("1 fix would make this 4 partitions");
-    expect(fixesHint(parseMethod({ ...METHOD, partitions_if_fixed: [5] }))).toBeNull();
-  });
-
-  it("says what the first fixes do when the fewest partitions take many (a real Llama)", () => {
-    const llama = [9, 8, 7, 6, 6, 5, 3, 3, 3, 5, 6, 6, 4, 4, 4, 4, 4, 3, 5, 8, 6, 4, 4, 5, 4, 3, 4, 4, 3, 2, 2, 2, 2, 1, 1];
-    const method = parseMethod({ ...METHOD, backends: { XNNPACK: { ops: 130, partitions: 13 } }, partitions_if_fixed: llama });
-    expect(fixesHint(method)).toBe("4 fixes would make this 6 partitions, 34 would make 1");
-  });
-
-  it("estimates from the groups' boundaries without the server's count", () => {
-    expect(fixesHint(parseMethod(METHOD))).toBe("1 fix would make this 1 partition");
-    expect(fixesHint(parseMethod({ ...METHOD, refusals: [] }))).toBeNull();
-    const one = { ...METHOD, backends: { XNNPACK: { ops: 32, partitions: 1 } } };
-    expect(fixesHint(parseMethod(one))).toBeNull();
+describe("the fixes hint", () => {
+  it("is the server's, as sent, null when it sends none", () => {
+    expect(parseMethod(METHOD).fixesHint).toBe("1 fix would make this 1 partition");
+    expect(parseMethod({ ...METHOD, fixes_hint: null }).fixesHint).toBeNull();
+    expect(parseMethod({ ...METHOD, fixes_hint: undefined }).fixesHint).toBeNull();
   });
 });
 
@@ -167,6 +151,25 @@ describe("the report page", () => {
     expect(html).toContain('<p class="fixes">1 fix would make this 1 partition</p>');
   });
 
+  it("heads each method with the server's sentence and draws the server's percent", () => {
+    expect(html).toContain("<h3>forward: 32 of 40 ops on XNNPACK in 5 partitions (80 %)</h3>");
+    expect(html).toContain('aria-label="80 % delegated"><div class="fill" style="width:80%">');
+    const nearly = renderReportPage(
+      parseReport({
+        targets: [
+          {
+            name: "t",
+            status: "ok",
+            methods: { forward: { ...METHOD, ops: 271, ops_delegated: 270, coverage_percent: 99, fixes_hint: null } },
+          },
+        ],
+      }),
+      { cspSource: null, nonce: "n", projectName: "p" },
+    );
+    expect(nearly).toContain('aria-label="99 % delegated"'); // never 100 % unless every op is
+    expect(nearly).not.toContain('class="fixes"');
+  });
+
   it("shows coverage per module, each under its listed parents", () => {
     expect(html).toContain("<summary>Coverage per module (4)</summary>");
     expect(html).toContain(
@@ -188,6 +191,17 @@ describe("the report page", () => {
     expect(old).not.toContain("Coverage per module");
     expect(old).toContain("<th>made in</th><th>module</th>");
   });
+
+  it("computes no sentence, percent or hint an older server did not send", () => {
+    const method = { ...METHOD, summary: undefined, coverage_percent: undefined, fixes_hint: undefined };
+    const old = renderReportPage(
+      parseReport({ targets: [{ name: "t", status: "ok", methods: { forward: method } }] }),
+      { cspSource: null, nonce: "n", projectName: "p" },
+    );
+    expect(old).toContain("<h3>forward</h3>");
+    expect(old).not.toContain('class="bar"');
+    expect(old).not.toContain('class="fixes"');
+  });
 });
 
 describe("a real report: transformers' Llama", () => {
@@ -206,11 +220,12 @@ describe("a real report: transformers' Llama", () => {
     expect(method.notDelegated.every((op) => op.library !== null && op.modulePath !== null)).toBe(true);
     expect(method.modules[0]).toMatchObject({ path: "", moduleClass: "Logits", instances: 1 });
     expect(method.modules.find((m) => m.path === "model.model.layers.*")?.instances).toBe(2);
-    expect(method.partitionsIfFixed?.length).toBe(method.refusals.length);
+    expect(method.coveragePercent).toBe(62);
+    expect(method.summary).toBe("130 of 208 ops on XNNPACK in 13 partitions (62 %)");
   });
 
   it("renders the groups, the hint and the module tree", () => {
-    expect(fixesHint(method)).toBe("4 fixes would make this 6 partitions, 34 would make 1");
+    expect(method.fixesHint).toBe("4 fixes would make this 6 partitions, 34 would make 1");
     const html = renderReportPage(report, { cspSource: null, nonce: "n", projectName: "llama" });
     expect(html).toContain("<code>LlamaRMSNorm.forward</code>");
     expect(html).toContain(">modeling_llama.py:");

@@ -52,13 +52,35 @@ describe("parseReport", () => {
       ops: 3,
       opsDelegated: 0,
       coverage: 0,
+      coveragePercent: null,
+      summary: null,
+      fixesHint: null,
       backends: {},
       partitions: [],
       notDelegated: [],
       refusals: [],
       modules: [],
-      partitionsIfFixed: null,
     });
+    expect(target.coverage).toBeNull();
+  });
+
+  it("reads the coverage the server computed: per method and per target", () => {
+    const [refused, twoMethods, , failed] = fixtureReport().targets;
+    const forward = refused!.methods.forward!;
+    expect(forward.coveragePercent).toBe(50);
+    expect(forward.summary).toBe("2 of 4 ops on XNNPACK in 2 partitions (50 %)");
+    expect(forward.fixesHint).toBeNull();
+    expect(refused!.coverage).toEqual({ percent: 50, backends: ["XNNPACK"] });
+    expect(twoMethods!.coverage).toEqual({ percent: 100, backends: ["XNNPACK"] });
+    expect(failed!.coverage).toEqual({ percent: 0, backends: [] }); // as the server sends it
+    const junk = parseTarget({
+      coverage: { percent: "85", backends: ["XNNPACK"] },
+      methods: { f: { coverage_percent: "x", summary: 3, fixes_hint: ["y"] } },
+    });
+    expect(junk.coverage).toBeNull();
+    expect(junk.methods.f).toMatchObject({ coveragePercent: null, summary: null, fixesHint: null });
+    const cpu = parseTarget({ coverage: { percent: 0, backends: [1, "x"] } });
+    expect(cpu.coverage).toEqual({ percent: 0, backends: ["x"] });
   });
 
   it("takes the root from the report's config, as lowerd.report and build --json say", () => {

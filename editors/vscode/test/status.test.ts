@@ -83,24 +83,54 @@ describe("statusView with the server's report", () => {
 });
 
 describe("coverageText", () => {
-  it("names the delegates, or says CPU only", () => {
-    const report = parseReport({
-      targets: [
-        {
-          name: "a",
-          status: "ok",
-          methods: {
-            forward: {
-              ops: 100,
-              ops_delegated: 97,
-              backends: { XNNPACK: { ops: 40, partitions: 1 }, Vulkan: { ops: 57, partitions: 3 } },
-            },
-          },
-        },
-        { name: "b", status: "ok", methods: { forward: { ops: 5, ops_delegated: 0, backends: {} } } },
-      ],
-    });
+  const report = parseReport({
+    targets: [
+      {
+        name: "a",
+        status: "ok",
+        coverage: { percent: 97, backends: ["Vulkan", "XNNPACK"] },
+        methods: { forward: { ops: 100, ops_delegated: 97, summary: "97 of 100 ops delegated" } },
+      },
+      { name: "b", status: "ok", coverage: { percent: 0, backends: [] }, methods: { forward: { ops: 5 } } },
+      // An older server's target: no coverage sent, none computed here.
+      { name: "c", status: "ok", methods: { forward: { ops: 4, ops_delegated: 4 } } },
+    ],
+  });
+
+  it("names the delegates the server sent, or says CPU only", () => {
     expect(coverageText(report.targets.slice(0, 1))).toBe("Vulkan+XNNPACK 97 %");
-    expect(coverageText(report.targets.slice(1))).toBe("CPU only 0 %");
+    expect(coverageText(report.targets.slice(1, 2))).toBe("CPU only 0 %");
+  });
+
+  it("shows the target with the lowest coverage, adding nothing up", () => {
+    expect(coverageText(report.targets)).toBe("CPU only 0 %");
+    expect(coverageText([report.targets[2]!])).toBeNull();
+  });
+});
+
+describe("statusView over several targets touching a file", () => {
+  const target = (name: string, percent: number, backends: string[]): Record<string, unknown> => ({
+    name,
+    status: "ok",
+    entry: { file: "models/shared.py", line: 3 },
+    coverage: { percent, backends },
+    methods: { forward: { summary: `${percent} % said the server` } },
+  });
+  const report = parseReport({
+    config: "/project/pyproject.toml",
+    targets: [target("big", 97, ["Vulkan", "XNNPACK"]), target("small", 85, ["XNNPACK"]), target("other", 3, [])],
+  });
+
+  it("shows the lowest of them with its backends, and every method's sentence in the tooltip", () => {
+    report.targets[2]!.entry = { file: "models/other.py", line: 1 };
+    const view = statusView(input({ report, activeFile: "/project/models/shared.py" }));
+    expect(view.text).toBe("XNNPACK 85 %");
+    expect(view.tooltip).toContain("Targets touching this file: big, small");
+    expect(view.tooltip).toContain("big · forward: 97 % said the server");
+  });
+
+  it("says lowerd when the server sent no coverage (an older server)", () => {
+    const old = parseReport({ config: "/project/pyproject.toml", targets: [{ name: "t", status: "ok", methods: {} }] });
+    expect(statusView(input({ report: old })).text).toBe("$(circuit-board) lowerd");
   });
 });

@@ -1,5 +1,7 @@
 -- The lowerd.report answer ({config, error, targets, building}) as text: quickfix items, summary
--- lines, statusline text. Files in the report are relative to the project root.
+-- lines, statusline text. Files in the report are relative to the project root. Coverage
+-- sentences, percents and fix hints are the server's (a method's summary, coverage_percent and
+-- fixes_hint, a target's coverage): shown as sent, never computed here.
 
 local M = {}
 
@@ -11,23 +13,8 @@ local function value(x)
   return x
 end
 
-local function plural(count, noun)
-  return count == 1 and (count .. " " .. noun) or (count .. " " .. noun .. "s")
-end
-
 local function times(op, count)
   return count == 1 and op or string.format("%s ×%d", op, count)
-end
-
--- Rounded down, so that 100 % means every op is delegated.
-function M.percent(delegated, ops)
-  if ops <= 0 then
-    return 0
-  end
-  if delegated >= ops then
-    return 100
-  end
-  return math.floor(delegated * 100 / ops)
 end
 
 local function sorted_keys(map)
@@ -39,104 +26,25 @@ local function sorted_keys(map)
   return keys
 end
 
-local function delegating_backends(method)
-  local found = {}
-  local backends = value(method.backends) or {}
-  for _, name in ipairs(sorted_keys(backends)) do
-    local totals = backends[name]
-    if (value(totals.ops) or 0) > 0 then
-      table.insert(found, { name = name, ops = totals.ops, partitions = value(totals.partitions) or 0 })
-    end
-  end
-  table.sort(found, function(a, b)
-    return a.ops > b.ops
-  end)
-  return found
+-- "forward: 231 of 271 ops on XNNPACK in 42 partitions (85 %)": the method's name and the
+-- server's sentence (its `summary`), then the server's `fixes_hint` after a semicolon. The name
+-- alone from an older server that sends no sentence: nothing is computed here.
+function M.method_line(name, method)
+  local summary, hint = value(method.summary), value(method.fixes_hint)
+  local line = type(summary) == "string" and (name .. ": " .. summary) or name
+  return type(hint) == "string" and (line .. "; " .. hint) or line
 end
 
--- "forward: 231 of 271 ops on XNNPACK in 42 partitions (85 %)", as the server's code lens says.
-function M.method_summary(name, method)
-  local ops, delegated = value(method.ops) or 0, value(method.ops_delegated) or 0
-  local percent = M.percent(delegated, ops)
-  local backends = delegating_backends(method)
-  if #backends == 0 then
-    return string.format("%s: 0 of %d ops delegated (0 %%)", name, ops)
+-- A module row's percent: the server sends each method's and target's percent but none per
+-- module row, so its counts are rounded by the server's rule (down, 100 only when every op is).
+local function row_percent(delegated, ops)
+  if ops <= 0 then
+    return 0
   end
-  if #backends == 1 then
-    local only = backends[1]
-    return string.format("%s: %d of %d ops on %s in %s (%d %%)", name, delegated, ops, only.name,
-      plural(only.partitions, "partition"), percent)
+  if delegated >= ops then
+    return 100
   end
-  local each = {}
-  for _, backend in ipairs(backends) do
-    table.insert(each, string.format("%d on %s in %s", backend.ops, backend.name,
-      plural(backend.partitions, "partition")))
-  end
-  return string.format("%s: %d of %d ops delegated (%s; %d %%)", name, delegated, ops,
-    table.concat(each, ", "), percent)
-end
-
-local function partition_count(method)
-  local count = 0
-  for _, totals in pairs(value(method.backends) or {}) do
-    count = count + (value(totals.partitions) or 0)
-  end
-  return count
-end
-
--- When leaving the fewest partitions takes more fixes than this, the hint says what the first do.
-local EARLY_FIXES = 5
-
--- Partitions left after fixing the top 1, 2, … refusal groups: the server's count
--- (partitions_if_fixed), else each group's boundaries taken off in turn.
-function M.partitions_after_fixes(method)
-  local counted = value(method.partitions_if_fixed)
-  if type(counted) == "table" then
-    return counted
-  end
-  local after, left = {}, partition_count(method)
-  for _, group in ipairs(value(method.refusals) or {}) do
-    left = math.max(1, left - (value(group.boundaries) or 0))
-    table.insert(after, left)
-  end
-  return after
-end
-
-local function fixes(count)
-  return count == 1 and "1 fix" or (count .. " fixes")
-end
-
--- The fewest partitions among the first `limit` counts, and how many fixes reach them first.
-local function fewest_of(after, limit)
-  local fewest, at = nil, nil
-  for index, count in ipairs(after) do
-    if index > limit then
-      break
-    end
-    if fewest == nil or count < fewest then
-      fewest, at = count, index
-    end
-  end
-  return fewest, at
-end
-
--- "3 fixes would make this 1 partition": how many of the top refusal groups (in the report's
--- order) must be delegated to leave the fewest partitions, and when that takes more than
--- EARLY_FIXES, what the first ones do ("4 fixes would make this 6 partitions, 34 would make 1"),
--- as the server's coverage lens says. nil when no fix would merge partitions.
-function M.fixes_hint(method)
-  local current = partition_count(method)
-  local after = M.partitions_after_fixes(method)
-  local fewest, count = fewest_of(after, #after)
-  if current <= 1 or fewest == nil or fewest >= current then
-    return nil
-  end
-  local early, first = fewest_of(after, EARLY_FIXES)
-  if count > EARLY_FIXES and early < current then
-    return string.format("%s would make this %s, %d would make %d", fixes(first),
-      plural(early, "partition"), count, fewest)
-  end
-  return string.format("%s would make this %s", fixes(count), plural(fewest, "partition"))
+  return math.floor(delegated * 100 / ops)
 end
 
 local function absolute(root, file)
@@ -290,9 +198,7 @@ function M.module_lines(result)
   for _, target in ipairs(targets(result)) do
     for _, name in ipairs(sorted_keys(target.methods)) do
       local method = target.methods[name]
-      local hint = M.fixes_hint(method)
-      table.insert(lines, target.name .. " · " .. M.method_summary(name, method)
-        .. (hint and ("; " .. hint) or ""))
+      table.insert(lines, target.name .. " · " .. M.method_line(name, method))
       local modules = value(method.modules) or {}
       local listed = {}
       for _, module in ipairs(modules) do
@@ -322,7 +228,7 @@ function M.module_lines(result)
         local class = (short_class(module.module_class) or "")
           .. (instances > 1 and (" ×" .. instances) or "")
         table.insert(rows, { label = label, class = class,
-          counts = counts, percent = M.percent(delegated, ops) })
+          counts = counts, percent = row_percent(delegated, ops) })
       end
       for _, row in ipairs(rows) do
         local pad = string.rep(" ", width - vim.fn.strdisplaywidth(row.label) + 2)
@@ -382,10 +288,8 @@ function M.summary_chunks(result)
       table.insert(chunks, { target.name .. ": not built yet\n", "Comment" })
     else
       for _, method in ipairs(sorted_keys(target.methods)) do
-        local hint = M.fixes_hint(target.methods[method])
-        table.insert(chunks, { target.name .. " · "
-          .. M.method_summary(method, target.methods[method])
-          .. (hint and ("; " .. hint) or "") .. "\n", "Normal" })
+        table.insert(chunks, { target.name .. " · " .. M.method_line(method, target.methods[method])
+          .. "\n", "Normal" })
       end
     end
   end
@@ -426,8 +330,24 @@ local function touches(target, root, file)
   return false
 end
 
--- "XNNPACK 85 %" over the targets touching `file` (all targets if none does), or
--- "lowerd: net failed".
+-- The coverage the server sent ({percent, backends}) of the built target with the lowest, the
+-- first of equals; nil when none has one (not built, failed, or an older server).
+function M.lowest_coverage(shown)
+  local lowest = nil
+  for _, target in ipairs(shown) do
+    local coverage = value(target.coverage)
+    if target.status == "ok" and type(coverage) == "table"
+        and type(value(coverage.percent)) == "number"
+        and (lowest == nil or coverage.percent < lowest.percent) then
+      lowest = coverage
+    end
+  end
+  return lowest
+end
+
+-- The lowest coverage among the targets touching `file` (all targets if none does), as the
+-- server computed it: "XNNPACK 85 %", "CPU only 0 %"; "lowerd: net failed"; "lowerd" when the
+-- server sent no coverage.
 function M.status_text(result, root, file)
   if value(result.error) then
     return "lowerd: config error"
@@ -441,28 +361,22 @@ function M.status_text(result, root, file)
   if #shown == 0 then
     shown = targets(result)
   end
-  local failed, ops, delegated, per_backend = {}, 0, 0, {}
+  local failed = {}
   for _, target in ipairs(shown) do
     if target.status == "error" then
       table.insert(failed, target.name)
-    end
-    for _, method in pairs(value(target.methods) or {}) do
-      ops = ops + (value(method.ops) or 0)
-      delegated = delegated + (value(method.ops_delegated) or 0)
-      for _, backend in ipairs(delegating_backends(method)) do
-        per_backend[backend.name] = (per_backend[backend.name] or 0) + backend.ops
-      end
     end
   end
   if #failed > 0 then
     return "lowerd: " .. table.concat(failed, ", ") .. " failed"
   end
-  local names = sorted_keys(per_backend)
-  table.sort(names, function(a, b)
-    return per_backend[a] > per_backend[b]
-  end)
-  local where = #names > 0 and table.concat(names, "+") or "CPU only"
-  return string.format("%s %d %%", where, M.percent(delegated, ops))
+  local coverage = M.lowest_coverage(shown)
+  if not coverage then
+    return "lowerd"
+  end
+  local backends = value(coverage.backends) or {}
+  local where = #backends > 0 and table.concat(backends, "+") or "CPU only"
+  return string.format("%s %d %%", where, coverage.percent)
 end
 
 -- "refused ok (1.2 s), net failed (export-error)" for a build command's answer.
