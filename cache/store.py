@@ -24,12 +24,12 @@ import os
 import re
 import stat
 import struct
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .atomic import write_atomic
 from .location import DEFAULT_MAX_BYTES
 
 MAGIC = b"LWB2"
@@ -157,25 +157,15 @@ class BlobStore:
         digest = hashlib.sha256(frame)
         digest.update(payload)
         try:
-            # mkstemp creates the file with mode 0o600, and os.replace keeps that mode.
-            fd, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=path.parent)
-        except OSError as error:
+            write_atomic(path, (MAGIC + digest.digest() + frame, payload), temp_prefix=_TEMP_PREFIX)
+        except FileNotFoundError as error:
+            if path.parent.is_dir():  # a concurrent clear removed the temp file: nothing stored
+                return False
             self._note("write", path.parent, error)
             return False
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(MAGIC + digest.digest() + frame)
-                file.write(payload)
-            os.replace(temp, path)
-        except FileNotFoundError:  # a concurrent clear removed the temp file: nothing stored
-            return False
         except OSError as error:
-            self._remove(Path(temp))
             self._note("write", path, error)
             return False
-        except BaseException:
-            self._remove(Path(temp))
-            raise
         return True
 
     def contains(self, key: str, kind: str = DEFAULT_KIND) -> bool:

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from lowerd.cache.atomic import write_atomic
 from lowerd.project.build_state import tool_versions
 from lowerd.project.config import ProjectConfig
 from lowerd.project.version import LOWERD_VERSION
@@ -213,11 +214,8 @@ def new_status(paths: DaemonPaths, config: ProjectConfig, kind: str) -> DaemonSt
 
 
 def write_status(paths: DaemonPaths, status: DaemonStatus) -> None:
-    # mkstemp creates the file 0600; the rename makes a reader see all of it or none.
-    fd, temp = tempfile.mkstemp(prefix=f".{paths.key}.", dir=paths.folder)
-    with os.fdopen(fd, "w") as file:
-        json.dump(asdict(status), file)
-    os.replace(temp, paths.status)
+    # 0600, as read_status requires; the rename makes a reader see all of it or none.
+    write_atomic(paths.status, json.dumps(asdict(status)).encode(), mode=0o600)
 
 
 def read_status(paths: DaemonPaths) -> DaemonStatus | None:

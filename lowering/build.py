@@ -8,15 +8,14 @@ So the bytes written are the bytes a stock run produces.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from lowerd.cache.atomic import write_atomic
 from lowerd.cache.store import BlobStore
 from lowerd.lowering.entry import LoadedEntry, MethodSpec, definition_site, load_entry
 from lowerd.lowering.export_output import export_output_held
@@ -214,7 +213,9 @@ class _TargetBuilder:
         buffer = self._emit(edge)
         self._stage("write")
         output = self.config.output_path(self.target.name)
-        write_atomic(output, buffer)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        # Readers see the old .pte or the new one, never a half-written one; others may read it.
+        write_atomic(output, buffer, mode=0o644)
         return TargetResult(
             name=self.target.name,
             status="ok",
@@ -386,17 +387,3 @@ def _summary(error: Exception, max_lines: int = 8) -> str:
     if len(kept) > max_lines:
         text += f"\n... ({len(kept) - max_lines} more lines)"
     return f"{type(error).__name__}: {text}"
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Readers see the old file or the new one, never a half-written .pte."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise

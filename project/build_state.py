@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from functools import cache
@@ -20,6 +19,7 @@ from typing import Any
 
 import msgpack
 
+from lowerd.cache.atomic import write_atomic
 from lowerd.project.config import ProjectConfig, TargetConfig
 
 STATE_VERSION = 1
@@ -93,10 +93,7 @@ def save_state(config: ProjectConfig, target: TargetConfig, state: TargetState) 
     path = state_path(config, target)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = msgpack.packb({"version": STATE_VERSION, "state": asdict(state)}, use_bin_type=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "wb") as file:
-        file.write(payload)
-    os.replace(temp, path)
+    write_atomic(path, payload)
 
 
 def forget_state(config: ProjectConfig, target: TargetConfig) -> None:
