@@ -1,0 +1,182 @@
+"""What the editor shows of a project session: the result shown per target, the diagnostics
+published per file, code lenses, hovers and the payloads of lowerd's own notifications.
+
+It builds LSP payloads and remembers what was published; the server sends them. What each
+result puts where (messages, ranges, lens titles) is daemon/diagnostics.py's.
+
+Besides LSP, the server sends two notifications an editor may show or ignore (tests await them):
+`lowerd/buildStarted` {target, buildId} and `lowerd/buildFinished` {target, buildId, status,
+errorKind, reused, current}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+from pygls.uris import from_fs_path, to_fs_path
+
+from lowerd.daemon.diagnostics import (
+    FileDiagnostics,
+    LineReader,
+    Site,
+    config_error_diagnostics,
+    hover_markdown,
+    lens_title,
+    line_range,
+    merge,
+    result_diagnostics,
+    site_of,
+)
+from lowerd.daemon.entry_site import entry_site
+from lowerd.daemon.session import ProjectSession, same_file
+
+BUILD = "lowerd.build"
+BUILD_ALL = "lowerd.buildAll"
+REPORT = "lowerd.report"
+BUILD_STARTED = "lowerd/buildStarted"
+BUILD_FINISHED = "lowerd/buildFinished"
+
+
+class EditorView:
+    def __init__(self, session: ProjectSession, read_lines: LineReader):
+        self.session = session
+        self.read_lines = read_lines  # the editor's text of an open file, else the disk's
+        # Per target: its last result, or during a build its partitioned reports laid over the
+        # last result.
+        self.shown: dict[str, dict[str, Any]] = {}
+        self.published: dict[str, list[types.Diagnostic]] = {}
+
+    # What is shown ---------------------------------------------------------------------------
+
+    def show_result(self, target: str, result: dict[str, Any]) -> None:
+        self.shown[target] = result
+
+    def show_partitioned(self, target: str, method: str, report: dict[str, Any]) -> None:
+        """A method's coverage as soon as it is partitioned, before preprocess and emission;
+        the other methods keep the last good build's reports."""
+        last = self.shown.get(target) or {}
+        methods = dict(last.get("methods") or {}) if last.get("status") == "ok" else {}
+        methods[method] = report
+        self.shown[target] = {
+            "name": target,
+            "status": "ok",
+            "methods": methods,
+            "error": None,
+            "entry": last.get("entry"),
+            "modules": last.get("modules") or {},
+        }
+
+    def forget_removed_targets(self) -> None:
+        """What a reloaded config no longer declares is shown no more."""
+        config = self.session.config
+        targets = config.targets if config else {}
+        self.shown = {name: r for name, r in self.shown.items() if name in targets}
+
+    # Diagnostics -----------------------------------------------------------------------------
+
+    def diagnostics_to_publish(
+        self, force: Sequence[str] = ()
+    ) -> list[types.PublishDiagnosticsParams]:
+        """Every file's diagnostics that changed since the last call (or whose uri is forced),
+        and an empty list for each file that had some and has none now, so that fixed problems
+        disappear. Taken as published."""
+        by_uri = {from_fs_path(str(path)): found for path, found in self._diagnostics().items()}
+        changed = [
+            types.PublishDiagnosticsParams(uri=uri, diagnostics=by_uri.get(uri, []))
+            for uri in sorted(set(by_uri) | set(self.published) | set(force))
+            if uri in force or self.published.get(uri, []) != by_uri.get(uri, [])
+        ]
+        self.published = {uri: found for uri, found in by_uri.items() if found}
+        return changed
+
+    def _diagnostics(self) -> FileDiagnostics:
+        """A config error alone while there is one, else each shown target's results."""
+        session = self.session
+        if session.config_error is not None:
+            if session.config_error.get("file") is None or session.config_path is None:
+                return {}
+            return config_error_diagnostics(
+                session.config_error, session.config_path, self.read_lines
+            )
+        if session.config is None:
+            return {}
+        parts = []
+        severity = session.settings.not_delegated_severity
+        for name, result in self.shown.items():
+            target = session.config.targets.get(name)
+            if target is not None:
+                entry = entry_site(session.config, target)
+                parts.append(
+                    result_diagnostics(
+                        result, session.config.root, entry, severity, self.read_lines
+                    )
+                )
+        return merge(*parts)
+
+    # Code lens and hover ---------------------------------------------------------------------
+
+    def code_lenses(self, uri: str) -> list[types.CodeLens]:
+        """Above each entry function of the file: the last complete build's summary (the report
+        command) and a build command."""
+        config = self.session.config
+        if config is None or not self.session.started:
+            return []
+        path = Path(to_fs_path(uri) or "")
+        lenses = []
+        for name, target in config.targets.items():
+            result = self.session.last_result(name)
+            site = site_of((result or {}).get("entry"), config.root)
+            site = site or entry_site(config, target)
+            if not same_file(site.path, path):
+                continue
+            where = line_range(site, self.read_lines)
+            title = lens_title(result, self.session.building(name))
+            if len(config.targets) > 1:
+                title = title.replace("lowerd: ", f"lowerd {name}: ", 1)
+            lenses.append(_lens(where, title, REPORT, name))
+            lenses.append(_lens(where, "Build .pte", BUILD, name))
+        return lenses
+
+    def hover(self, uri: str, line: int) -> types.Hover | None:
+        """What became of each op made at the line (0-based), in every shown result."""
+        config = self.session.config
+        if config is None:
+            return None
+        site = Site(Path(to_fs_path(uri) or ""), line + 1)
+        text = hover_markdown(self.shown, config.root, site)
+        if text is None:
+            return None
+        return types.Hover(
+            contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text),
+            range=line_range(site, self.read_lines),
+        )
+
+
+# lowerd's notifications ------------------------------------------------------------------------
+
+
+def build_started_params(target: str, build_id: int) -> dict[str, Any]:
+    return {"target": target, "buildId": build_id}
+
+
+def build_finished_params(
+    target: str, build_id: int | None, result: dict[str, Any], current: bool
+) -> dict[str, Any]:
+    error = result.get("error") or {}
+    return {
+        "target": target,
+        "buildId": build_id,
+        "status": result.get("status"),
+        "errorKind": error.get("kind"),
+        "reused": result.get("reused"),
+        "current": current,
+    }
+
+
+def _lens(where: types.Range, title: str, command: str, target: str) -> types.CodeLens:
+    return types.CodeLens(
+        range=where, command=types.Command(title=title, command=command, arguments=[target])
+    )
