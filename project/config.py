@@ -1,7 +1,8 @@
 """The [tool.lowerd] table of a pyproject.toml: what to build, with which backends, and where.
 
 Every mistake in it is reported as a ConfigError at the file and line of the offending key, so an
-editor can underline it. Only the standard library is imported: loading a config must stay cheap.
+editor can underline it. Only the standard library (and lowerd.cache.location's size grammar) is
+imported: loading a config must stay cheap.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from lowerd.cache.location import parse_size
 from lowerd.project.backends import KNOWN_BACKENDS
 from lowerd.project.errors import ConfigError
 from lowerd.project.toml_lines import KeyLocator, KeyPath
@@ -44,8 +46,6 @@ TARGETS: KeyPath = (*LOWERD, "targets")
 
 # <name>.pte is written into out_dir, so a name must be a plain file stem.
 _TARGET_NAME = re.compile(r"[A-Za-z0-9_.-]+")
-# The grammar lowerd.cache.location.parse_size reads: checked here so a bad size gets a line.
-_SIZE = re.compile(r"(\d+(\.\d+)?|\.\d+)\s*([KMGT](i?B)?|B)?", re.IGNORECASE)
 _TOML_POSITION = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
 
 
@@ -340,9 +340,11 @@ class _Reader:
         return root / written
 
     def size(self, value: Any) -> str | None:
+        """A size the cache will read (lowerd.cache.location.parse_size), checked here so a bad
+        one is blamed on its line."""
         if value is None:
             return None
-        if not isinstance(value, str) or not _SIZE.fullmatch(value.strip()):
+        if not isinstance(value, str) or not _is_size(value):
             raise self.error(
                 f'cache_max_size must be a size like "500M" or "5G", got {_describe(value)}',
                 (*LOWERD, "cache_max_size"),
@@ -448,6 +450,14 @@ def _did_you_mean(word: str, choices: Iterable[str]) -> str:
 
 
 _SCALAR_KINDS = {bool: "boolean", int: "integer", float: "float", str: "string"}
+
+
+def _is_size(text: str) -> bool:
+    try:
+        parse_size(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _describe(value: Any) -> str:

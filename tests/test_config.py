@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lowerd.cache.location import parse_size
 from lowerd.project.backends import KNOWN_BACKENDS
 from lowerd.project.config import (
     TargetConfig,
@@ -899,3 +900,20 @@ def test_an_entry_file_that_is_not_python_is_a_config_error(tmp_path: Path, entr
     error = load_error(tmp_path, f'[tool.lowerd.targets.t]\nentry = "{entry}"\n')
     assert "is not a Python file" in error.message
     assert error.location.line == 2
+
+
+@pytest.mark.parametrize(
+    "size", ["500M", "1.5GiB", " 2 g ", "1024", ".5T", "12b", "5 GB", "5x", "-1G", "1e3", "G"]
+)
+def test_config_takes_exactly_the_sizes_the_cache_reads(tmp_path: Path, size: str) -> None:
+    """One grammar: the config checks cache_max_size with the parser the cache uses."""
+    table = f'[tool.lowerd]\ncache_max_size = "{size}"\ntargets.a.entry = "a.py:f"\n'
+    path = write(tmp_path, table)
+    try:
+        parse_size(size)
+    except ValueError:
+        with pytest.raises(ConfigError, match="cache_max_size must be a size") as info:
+            load_config(path)
+        assert info.value.location.line == 2
+    else:
+        assert load_config(path).cache_max_size == size.strip()
