@@ -27,24 +27,19 @@ This is a script, not a test: its timings assert nothing.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
 import re
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
+from harness import EXAMPLES, Processes, bench_env, copy_project, workdir
+
 EDITED_TARGET, EDITED_FILE = "cnn", "models/cnn.py"
 _SEED = re.compile(r"torch\.manual_seed\(\d+\)")
 UNCHANGED_GOAL_SECONDS = 0.3
@@ -63,16 +58,12 @@ class Cell:
 
 class Bench:
     def __init__(self, workdir: Path):
-        self.project = workdir / "project"
-        shutil.copytree(
-            EXAMPLES, self.project, ignore=shutil.ignore_patterns("build", "__pycache__")
-        )
-        runtime = workdir / "run"
-        runtime.mkdir(mode=0o700)
+        self.project = copy_project(EXAMPLES, workdir / "project")
         self.cache = workdir / "cache"
         self.stock_out = workdir / "stock"
-        self.env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), LOWERD_CACHE_DIR=str(self.cache))
-        self.env.pop("LOWERD_LOG_LEVEL", None)
+        # lowerd as installed (no snapshot), its own runtime folder (the daemon's) and cache
+        env = bench_env(cache=self.cache, runtime=workdir / "run")
+        self.processes = Processes(workdir, cwd=self.project, env=env)
         config = tomllib.loads((self.project / "pyproject.toml").read_text())
         self.entries = {n: t["entry"] for n, t in config["tool"]["lowerd"]["targets"].items()}
         self.seed = 0
@@ -82,26 +73,15 @@ class Bench:
     # The runs -----------------------------------------------------------------------------
 
     def lowerd(self, *args: str) -> tuple[float, dict[str, str]]:
-        command = [sys.executable, "-m", "lowerd", *args]
-        seconds, stdout = self._timed(command)
-        document = json.loads(stdout) if "--json" in args else {"targets": []}
-        return seconds, {t["name"]: t["sha256"] for t in document["targets"]}
+        done = self.processes.lowerd(*args)
+        document = json.loads(done.stdout) if "--json" in args else {"targets": []}
+        return done.seconds, {t["name"]: t["sha256"] for t in document["targets"]}
 
     def stock(self, targets: list[str]) -> tuple[float, dict[str, str]]:
         spec = {"project": str(self.project), "out": str(self.stock_out)}
         spec["entries"] = {name: self.entries[name] for name in targets}
-        seconds, stdout = self._timed([sys.executable, __file__, "--stock", json.dumps(spec)])
-        return seconds, json.loads(stdout.splitlines()[-1])
-
-    def _timed(self, command: list[str]) -> tuple[float, str]:
-        started = time.perf_counter()
-        done = subprocess.run(
-            command, cwd=self.project, env=self.env, capture_output=True, text=True, check=False
-        )
-        seconds = time.perf_counter() - started
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(command[:4])} failed:\n{done.stdout}\n{done.stderr}")
-        return seconds, done.stdout
+        shas = self.processes.worker("stock-targets", spec)
+        return shas.pop("wall_seconds"), shas
 
     def forget_builds(self) -> None:
         """No outputs, no build records, an empty blob cache: a first build."""
@@ -183,64 +163,18 @@ class Bench:
         return "\n".join(lines)
 
 
-# The stock run: a fresh process ------------------------------------------------------------
-
-
-def stock_main(spec: dict[str, Any]) -> None:
-    import torch
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
-    project, out = Path(spec["project"]), Path(spec["out"])
-    out.mkdir(exist_ok=True)
-    os.chdir(project)
-    sys.path.insert(0, str(project))
-    shas = {}
-    for name, entry in spec["entries"].items():
-        returned = _entry_function(entry)()
-        methods = returned if isinstance(returned, dict) else {"forward": returned}
-        exported = {
-            method: torch.export.export(s[0], s[1], dynamic_shapes=s[2] if len(s) > 2 else None)
-            for method, s in methods.items()
-        }
-        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
-        buffer = bytes(edge.to_executorch().buffer)
-        (out / f"{name}.pte").write_bytes(buffer)
-        shas[name] = hashlib.sha256(buffer).hexdigest()
-    print(json.dumps(shas))
-
-
-def _entry_function(entry: str) -> Callable[[], Any]:
-    """`models/x.py:make` is imported as models.x, `pkg.mod:make` as it is, as lowerd does."""
-    import importlib
-
-    where, _, function = entry.rpartition(":")
-    module = ".".join(Path(where).with_suffix("").parts) if where.endswith(".py") else where
-    return getattr(importlib.import_module(module), function)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per cell (median shown)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
-    parser.add_argument("--stock", help=argparse.SUPPRESS)  # the stock run's own process
     args = parser.parse_args()
-    if args.stock:
-        stock_main(json.loads(args.stock))
-        return
-    workdir = Path(tempfile.mkdtemp(prefix="lowerd-bench-daemon-"))
-    try:
-        bench = Bench(workdir)
+    with workdir("lowerd-bench-daemon-", args.keep) as root:
+        bench = Bench(root)
         try:
             bench.run(args.repeat)
         finally:
             bench.lowerd("daemon", "stop")
         print(bench.table())
-    finally:
-        if args.keep:
-            print(f"kept {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

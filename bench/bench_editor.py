@@ -59,13 +59,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -76,31 +72,33 @@ from lsprotocol import types
 from pygls.lsp.client import LanguageClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_build import set_constant as set_constant_in_file  # noqa: E402
 from bench_incremental import (  # noqa: E402 - the bench folder is not a package
     ENTRY,
     MODEL_FILE,
     TARGET,
-    file_sha256,
-    insert_comment,
-    log,
-    lowerd_revision,
+    edits,
     model_constants,
     prepare_project,
-    set_constant,
-    snapshot_lowerd,
 )
-from bench_real import (  # noqa: E402
-    COMMENT,
-    MODELS,
-    SCENARIOS,
-    RealModel,
-    edited,
+from bench_real import COMMENT, MODELS, SCENARIOS, RealModel, copy_real_project, edited  # noqa: E402
+from harness import (  # noqa: E402
+    Processes,
+    add_transformer_size,
+    bench_env,
+    check_snapshot_imported,
+    declare_one_target,
+    file_sha256,
+    installed_line,
+    log,
+    lowerd_revision,
+    quick_size,
     render,
     reuse,
+    snapshot_lowerd,
+    verdicts,
+    workdir,
+    write_json,
 )
-from bench_real import OUT_DIR as REAL_OUT_DIR  # noqa: E402
-from bench_real import PROJECT as REAL_PROJECT  # noqa: E402
 
 # How the server marks the diagnostics of a provisional report (the last build's, shown while
 # the edited program lowers): every message of it carries this note.
@@ -118,10 +116,11 @@ PROVISIONAL_GOAL_SECONDS = 1.5  # issue 10 section 6: real models' one-line edit
 SETTLE_SECONDS = {"transformer": 3.0, "real": 10.0}  # --settle's default
 
 Edit = tuple[str, str, Callable[[str], str]]  # (key, name, model source before -> after)
-EDITS: list[Edit] = [  # each applies to the previous one's result
-    ("comment", "(a) comment", insert_comment),
-    ("weight", "(b) weight", lambda text: set_constant(text, "EDITED_BLOCK_GAIN", "1.25")),
-    ("op", "(c) op, block 0", lambda text: set_constant(text, "EXTRA_OP_BLOCKS", "(0,)")),
+# bench_incremental's first three edits, each applied to the previous one's result: (a) a
+# comment, (b) the weight edit, (c) an op inserted in block 0.
+EDITS: list[Edit] = [
+    (edit.key, f"({letter}) {edit.name}", edit.apply)
+    for letter, edit in zip("abc", edits(1)[:3], strict=True)
 ]
 # The build stages the server reports in $/progress (real models only), in order.
 STAGES = ("load", "export", "partition", "preprocess", "emit", "write")
@@ -154,17 +153,8 @@ def real_workload(model: RealModel) -> Workload:
 
 def prepare_real_project(root: Path, model: RealModel, small: bool) -> Path:
     """A copy of bench/real that declares the one model (the server builds every target)."""
-    project = root / "project"
-    ignore = shutil.ignore_patterns("__pycache__", REAL_OUT_DIR)
-    shutil.copytree(REAL_PROJECT, project, ignore=ignore)
-    set_constant_in_file(project / "models" / "common.py", "SMALL", str(small))
-    (project / "pyproject.toml").write_text(
-        "[tool.lowerd]\n"
-        'backends = ["xnnpack"]\n'
-        f'out_dir = "{REAL_OUT_DIR}"\n\n'
-        f"[tool.lowerd.targets.{model.target}]\n"
-        f'entry = "{model.file}:make"\n'
-    )
+    project = copy_real_project(root / "project", small)
+    declare_one_target(project, model.target, f"{model.file}:make")
     return project
 
 
@@ -428,25 +418,19 @@ class Bench:
         self.lowerd_source = snapshot_lowerd(root)
         self.cache = root / "cache"
         self.runtime = root / "run"  # XDG_RUNTIME_DIR: the server's socket and status file
-        self.runtime.mkdir(mode=0o700)
         self.logs = root / "logs"
         self.logs.mkdir()
+        # The stock runs, each a fresh process on the model as it is now, timed from outside
+        self.processes = Processes(root, cwd=self.project, env=self.env())
         self.model = self.project / self.workload.model_file
         self.base_text = self.model.read_text()
         self.rows: dict[str, list[dict[str, Any]]] = {key: [] for key, _, _ in self.workload.edits}
         self.initial: dict[str, Any] = {}
-        self._stock_runs = 0
 
     def env(self) -> dict[str, str]:
-        path = os.pathsep.join(
-            filter(None, [str(self.lowerd_source), os.environ.get("PYTHONPATH")])
-        )
-        env = {**os.environ, "PYTHONPATH": path, "LOWERD_CACHE_DIR": str(self.cache)}
-        env["XDG_RUNTIME_DIR"] = str(self.runtime)
-        if self.workload.real:
-            env["HF_HUB_OFFLINE"] = "1"  # nothing is downloaded anyway (as bench_real.py)
-        env.pop("LOWERD_LOG_LEVEL", None)
-        return env
+        # nothing is downloaded anyway (as bench_real.py)
+        offline = {"HF_HUB_OFFLINE": "1"} if self.workload.real else {}
+        return bench_env(self.lowerd_source, self.cache, self.runtime, **offline)
 
     def server_env(self) -> dict[str, str]:
         """The server's environment: OMP_NUM_THREADS=N (default 1) works around the fork server's
@@ -457,44 +441,20 @@ class Bench:
         return env
 
     def check_snapshot_is_imported(self) -> None:
-        done = subprocess.run(
-            [sys.executable, "-c", "import lowerd.daemon.server as s; print(s.__file__)"],
-            env=self.env(),
-            cwd=self.project,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        if not Path(done.stdout.strip()).is_relative_to(self.lowerd_source):
-            raise SystemExit(f"bench: the server would import {done.stdout.strip()}")
+        snapshot, server = self.lowerd_source, "lowerd.daemon.server"
+        check_snapshot_imported(self.env(), self.project, snapshot, module=server)
 
     def stock(self) -> dict[str, Any]:
-        """The stock script as a fresh process on the model as it is now, timed from outside."""
-        self._stock_runs += 1
-        output = self.root / "stock" / f"{self._stock_runs}.pte"
+        """The stock worker as a fresh process on the model as it is now, timed from outside;
+        for a real model, after its libraries are imported (bench_real.py's stock), so that its
+        result splits imports from work."""
+        output = self.root / "stock" / f"{self.processes.count + 1}.pte"
         output.parent.mkdir(exist_ok=True)
-        result = self.root / "stock" / f"{self._stock_runs}.json"
         spec: dict[str, Any] = {"project": str(self.project), "entry": self.workload.entry}
-        spec.update(output=str(output), result=str(result))
+        spec["output"] = str(output)
         if self.workload.real:
-            # bench_real.py's stock process: the model's libraries imported before its clock
-            # starts, so that its result splits imports from work.
             spec["libraries"] = list(self.workload.real.libraries)
-            script, flag = Path(__file__).resolve().parent / "bench_real.py", "--stock"
-        else:
-            script = Path(__file__).resolve().parent / "bench_incremental.py"
-            flag = "--stock-worker"
-        command = [sys.executable, str(script), flag, json.dumps(spec)]
-        log_path = self.logs / f"stock-{self._stock_runs}.log"
-        with log_path.open("w") as log_file:
-            started = time.perf_counter()
-            done = subprocess.run(
-                command, cwd=self.project, env=self.env(), stdout=log_file, stderr=log_file
-            )
-            wall = time.perf_counter() - started
-        if done.returncode != 0:
-            raise SystemExit(f"bench: a stock run failed; see {log_path}")
-        return {**json.loads(result.read_text()), "wall_seconds": wall}
+        return self.processes.worker("stock", spec)
 
     async def run(self) -> None:
         self.check_snapshot_is_imported()
@@ -618,6 +578,16 @@ def seconds_cell(value: float | None, width: int) -> str:
     return f"{value:>{width}.2f}" if value is not None else f"{'none':>{width}}"
 
 
+def save_medians(rows: list[dict[str, Any]]) -> tuple[float | None, float, float]:
+    """Seconds from the save to the first publishDiagnostics (None: none came) and to
+    buildFinished, and stock's whole process: medians over the rounds."""
+    publish = median([r["publish_seconds"] for r in rows])
+    finished = median([r["finished_seconds"] for r in rows])
+    stock = median([r["stock"]["wall_seconds"] for r in rows])
+    assert finished is not None and stock is not None
+    return publish, finished, stock
+
+
 def format_table(bench: Bench) -> str:
     head = (
         f"  {'edit':<16} {'publish s':>9} {'finished s':>10} {'stock s':>8} "
@@ -627,9 +597,7 @@ def format_table(bench: Bench) -> str:
     lines = [head]
     for key, name, _ in EDITS:
         rows = bench.rows[key]
-        publish = median([r["publish_seconds"] for r in rows])
-        finished = median([r["finished_seconds"] for r in rows])
-        stock = median([r["stock"]["wall_seconds"] for r in rows])
+        publish, finished, stock = save_medians(rows)
         ratio_publish = f"{publish / stock:>10.2f}x" if publish is not None else f"{'-':>11}"
         last = rows[-1]
         cache = last["cache"]
@@ -647,9 +615,7 @@ def checks(bench: Bench) -> list[str]:
     found = []
     for key, name, _ in EDITS:
         rows = bench.rows[key]
-        publish = median([r["publish_seconds"] for r in rows])
-        finished = median([r["finished_seconds"] for r in rows])
-        stock = median([r["stock"]["wall_seconds"] for r in rows])
+        publish, finished, stock = save_medians(rows)
         shown, label = (publish, "first publishDiagnostics")
         if publish is None:
             shown, label = (finished, "no publishDiagnostics (none changed); buildFinished")
@@ -672,14 +638,14 @@ def checks(bench: Bench) -> list[str]:
             all(r["sha256"] == r["stock"]["sha256"] for r in rows),
         )
     )
-    return [f"  [{'ok' if good else '!!'}] {text}" for text, good in found]
+    return verdicts(found)
 
 
 def print_report(bench: Bench, revision: str) -> None:
     args = bench.args
     forward = (bench.initial.get("methods") or {}).get("forward") or {}
     note = f"medians of {args.repeat} rounds" if args.repeat > 1 else "one round"
-    print(f"\nlowerd serve {revision}; torch and executorch as installed in {sys.prefix}")
+    print(installed_line(revision, "lowerd serve"))
     print(
         f"transformer: {args.blocks} blocks, d={args.dim}, seq {args.seq}; "
         f"{len(forward.get('partitions') or [])} XNNPACK partitions, "
@@ -811,7 +777,7 @@ def real_checks(bench: Bench) -> list[str]:
             all(r["sha256"] == r["reported_sha256"] for r in rows),
         )
     )
-    return [f"  [{'ok' if good else '!!'}] {text}" for text, good in found]
+    return verdicts(found)
 
 
 def print_real_report(bench: Bench, revision: str) -> None:
@@ -820,7 +786,7 @@ def print_real_report(bench: Bench, revision: str) -> None:
     assert model is not None
     forward = (bench.initial.get("methods") or {}).get("forward") or {}
     note = f"medians of {args.repeat} rounds" if args.repeat > 1 else "one round"
-    print(f"\nlowerd serve {revision}; torch and executorch as installed in {sys.prefix}")
+    print(installed_line(revision, "lowerd serve"))
     if args.small:
         print("SMALL CONFIGS (--small): a smoke run of the script, not the benchmark's numbers")
     print(
@@ -843,10 +809,7 @@ def print_real_report(bench: Bench, revision: str) -> None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--blocks", type=int, default=6, help="transformer blocks (default 6)")
-    parser.add_argument("--dim", type=int, default=256, help="transformer width (default 256)")
-    parser.add_argument("--seq", type=int, default=64, help="sequence length (default 64)")
-    parser.add_argument("--quick", action="store_true", help="2 blocks, d=64, seq 16: smoke test")
+    add_transformer_size(parser, "2 blocks, d=64, seq 16: smoke test")
     parser.add_argument(
         "--real",
         choices=list(MODELS),
@@ -878,8 +841,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--json", metavar="FILE", help="also write every measurement to FILE")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir, and say where")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.blocks, args.dim, args.seq = 2, 64, 16
+    quick_size(args)
     if args.blocks < 1 or args.repeat < 1:
         parser.error("--blocks and --repeat must be at least 1")
     if args.small and not args.real:
@@ -891,21 +853,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="bench-editor-"))
-    try:
+    with workdir("bench-editor-", args.keep) as root:
         bench = Bench(root, args)
         revision = lowerd_revision()
-        log(f"bench: {root}")
         asyncio.run(bench.run())
         (print_real_report if args.real else print_report)(bench, revision)
         if args.json:
-            document = {"initial": bench.initial, "edits": bench.rows}
-            Path(args.json).write_text(json.dumps(document, indent=2, default=str) + "\n")
-    finally:
-        if args.keep:
-            log(f"bench: kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+            write_json(args.json, {"initial": bench.initial, "edits": bench.rows})
     return 0
 
 

@@ -32,38 +32,44 @@ script, not a test: nothing asserts on a timing.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
-import re
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Helpers shared with bench_build.py (the bench folder is not a package; this file's folder
-# is on sys.path when it runs, as a script or as a worker).
-from bench_build import (  # noqa: E402
-    file_sha256,
-    load_entry,
+from harness import (
+    OUT_DIR,
+    PROJECT,
+    Processes,
+    add_transformer_size,
+    bench_env,
+    build_numbers,
+    copy_project,
+    declare_one_target,
+    describe_run,
+    installed_line,
     log,
     lowerd_revision,
+    median_of,
+    quick_size,
+    restore_state,
+    reuse_cells,
+    save_state,
+    set_constant,
+    set_constants_in_file,
     snapshot_lowerd,
+    verdicts,
+    workdir,
+    write_json,
 )
 
-BENCH_DIR = Path(__file__).resolve().parent
-PROJECT = BENCH_DIR / "project"
-REPO = BENCH_DIR.parent
 TARGET = "transformer"
 ENTRY = "models/transformer.py:make"
 MODEL_FILE = "models/transformer.py"
-OUT_DIR = "build"  # out_dir in bench/project/pyproject.toml
+
 
 # Goals (from the issue); the report gives each a verdict, nothing fails on them.
 NO_OP_GOAL_SECONDS = 0.5
@@ -74,12 +80,8 @@ REUSED_GOAL = 0.9
 # The project and its edits -------------------------------------------------------------------
 
 
-def set_constant(text: str, name: str, value: str) -> str:
-    """`NAME = ...` rewritten as a user editing the file would."""
-    new, count = re.subn(rf"^{name} = .*$", f"{name} = {value}", text, flags=re.MULTILINE)
-    if count != 1:
-        raise SystemExit(f"bench: expected one `{name} = ...` line in {MODEL_FILE}, found {count}")
-    return new
+def set_model_constant(text: str, name: str, value: str) -> str:
+    return set_constant(text, name, value, MODEL_FILE)
 
 
 _FORWARD_FIRST_LINE = '        x = self.clamp("attn_out", x + self.attention('
@@ -108,16 +110,16 @@ def edits(blocks: int) -> list[Edit]:
     both = f"(0, {last})" if last else "(0,)"
     return [
         Edit("comment", "comment", insert_comment),
-        Edit("weight", "weight", lambda t: set_constant(t, "EDITED_BLOCK_GAIN", "1.25")),
+        Edit("weight", "weight", lambda t: set_model_constant(t, "EDITED_BLOCK_GAIN", "1.25")),
         Edit(
             "op-first",
             "op, block 0",
-            lambda t: set_constant(t, "EXTRA_OP_BLOCKS", "(0,)"),
+            lambda t: set_model_constant(t, "EXTRA_OP_BLOCKS", "(0,)"),
         ),
         Edit(
             "op-last",
             f"op, block {last}",
-            lambda t: set_constant(t, "EXTRA_OP_BLOCKS", both),
+            lambda t: set_model_constant(t, "EXTRA_OP_BLOCKS", both),
         ),
     ]
 
@@ -133,145 +135,10 @@ def model_constants(args: argparse.Namespace) -> dict[str, str]:
 
 def prepare_project(root: Path, constants: dict[str, str]) -> Path:
     """A copy of bench/project that declares the transformer alone, sized by the constants."""
-    project = root / "project"
-    shutil.copytree(PROJECT, project, ignore=shutil.ignore_patterns("__pycache__", "build"))
-    (project / "pyproject.toml").write_text(
-        "[tool.lowerd]\n"
-        'backends = ["xnnpack"]\n'
-        f'out_dir = "{OUT_DIR}"\n\n'
-        f"[tool.lowerd.targets.{TARGET}]\n"
-        f'entry = "{ENTRY}"\n'
-    )
-    model = project / MODEL_FILE
-    text = model.read_text()
-    for name, value in constants.items():
-        text = set_constant(text, name, value)
-    model.write_text(text)
+    project = copy_project(PROJECT, root / "project")
+    declare_one_target(project, TARGET, ENTRY)
+    set_constants_in_file(project / MODEL_FILE, constants)
     return project
-
-
-# Workers: each run is one fresh process --------------------------------------------------------
-
-
-class StageClock:
-    """Seconds per stage, from the moments stages start (lowerd's progress callback)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self._current: str | None = None
-        self._since = time.perf_counter()
-
-    def mark(self, stage: str) -> None:
-        if stage == self._current:
-            return
-        self.stop()
-        self._current, self._since = stage, time.perf_counter()
-
-    def stop(self) -> None:
-        if self._current is not None:
-            elapsed = time.perf_counter() - self._since
-            self.seconds[self._current] = self.seconds.get(self._current, 0.0) + elapsed
-        self._current = None
-
-    def progress(self, stage: str, _target: str, _detail: str | None) -> None:
-        self.mark(stage)
-
-
-def stock_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """Stock ExecuTorch, as a user's script would lower the model."""
-    started = time.perf_counter()
-    import torch
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
-    imported = time.perf_counter()
-    clock = StageClock()
-    clock.mark("load")
-    model, example_args = load_entry(Path(spec["project"]), spec["entry"])()
-    clock.mark("export")
-    exported = {"forward": torch.export.export(model, example_args)}
-    clock.mark("lower")
-    edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
-    clock.mark("emit")
-    buffer = bytes(edge.to_executorch().buffer)
-    clock.stop()
-    finished = time.perf_counter()
-    Path(spec["output"]).write_bytes(buffer)
-    return {
-        "import_seconds": imported - started,
-        "seconds": finished - imported,
-        "stages": clock.seconds,
-        "sha256": hashlib.sha256(buffer).hexdigest(),
-        "partitions": count_delegates(edge.exported_program("forward").graph_module),
-    }
-
-
-def count_delegates(graph_module: Any) -> int:
-    from executorch.exir.lowered_backend_module import LoweredBackendModule
-
-    nodes = graph_module.graph.nodes
-    found = (getattr(graph_module, n.target, None) for n in nodes if n.op == "get_attr")
-    return sum(1 for m in found if isinstance(m, LoweredBackendModule))
-
-
-def lowerd_worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """build_target as `lowerd build` calls it, after the imports stock pays before its work."""
-    started = time.perf_counter()
-    import executorch.exir  # noqa: F401 - stock imports it before its clock starts
-    import torch  # noqa: F401
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import (  # noqa: F401
-        XnnpackPartitioner,
-    )
-
-    import lowerd
-    import lowerd.lowering.preprocess_cache  # noqa: F401 - build_target imports these lazily
-    import lowerd.lowering.reasons  # noqa: F401
-    import lowerd.lowering.report  # noqa: F401
-    from lowerd.lowering.build import build_target
-    from lowerd.lowering.config import load_config, select_targets
-    from lowerd.lowering.project_store import store_for
-
-    imported = time.perf_counter()
-    clock = StageClock()
-    profile = None
-    if spec.get("profile"):
-        import cProfile
-
-        profile = cProfile.Profile()
-        profile.enable()
-    config = load_config(Path(spec["project"]) / "pyproject.toml")
-    [target] = select_targets(config, [TARGET])
-    result = build_target(config, target, store_for(config), clock.progress)
-    clock.stop()
-    finished = time.perf_counter()
-    if profile is not None:
-        profile.disable()
-        profile.dump_stats(spec["profile"])
-    report = result.to_json()
-    if report["status"] != "ok":
-        raise SystemExit(f"lowerd build failed: {json.dumps(report['error'])}")
-    forward = report["methods"]["forward"]
-    return {
-        "import_seconds": imported - started,
-        "seconds": result.seconds,  # TargetResult.seconds: what lowerd reports as the build
-        "work_seconds": finished - imported,  # plus config loading and opening the store
-        "stages": clock.seconds,
-        "sha256": file_sha256(report["output"]),  # the bytes on disk are what is compared
-        "reported_sha256": report["sha256"],
-        "hits": result.cache_hits,
-        "misses": result.cache_misses,
-        "rebased": result.cache_rebased,
-        "partitions": len(forward["partitions"]),
-        "ops": forward["ops"],
-        "ops_delegated": forward["ops_delegated"],
-        "reused": result.reused,
-        "lowerd_source": str(Path(lowerd.__file__).parent),
-    }
-
-
-def run_worker(kind: str, spec: dict[str, Any]) -> None:
-    worker = stock_worker if kind == "stock" else lowerd_worker
-    Path(spec["result"]).write_text(json.dumps(worker(spec)))
 
 
 # The bench ---------------------------------------------------------------------------------
@@ -286,9 +153,7 @@ class Runs:
     lowerd: list[dict[str, Any]] = field(default_factory=list)
     stock: list[dict[str, Any]] = field(default_factory=list)
 
-    @staticmethod
-    def median(runs: list[dict[str, Any]], key: str) -> float:
-        return statistics.median(run[key] for run in runs)
+    median = staticmethod(median_of)
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "name": self.name, "lowerd": self.lowerd, "stock": self.stock}
@@ -309,10 +174,11 @@ class Bench:
         self.project = prepare_project(root, model_constants(args))
         self.lowerd_source = snapshot_lowerd(root)
         self.cache = root / "cache"
-        self.runtime = root / "run"  # XDG_RUNTIME_DIR: no daemon of the user's is asked
-        self.runtime.mkdir(mode=0o700)
+        # XDG_RUNTIME_DIR: no daemon of the user's is asked. The cwd is the project copy, as
+        # for a user: nothing lands in the repo.
+        env = bench_env(self.lowerd_source, cache=self.cache, runtime=root / "run")
+        self.processes = Processes(root, cwd=self.project, env=env, snapshot=self.lowerd_source)
         self.model = self.project / MODEL_FILE
-        self._runs = 0
         self.results: dict[str, Runs] = {}
         self.profile_path: Path | None = None
 
@@ -323,90 +189,31 @@ class Bench:
         return self.project / OUT_DIR
 
     def save_state(self, name: str) -> Path:
-        saved = self.root / "states" / name
-        shutil.copytree(self.cache, saved / "cache")
-        shutil.copytree(self.out_dir, saved / OUT_DIR)
-        return saved
+        return save_state(self.cache, self.out_dir, self.root / "states" / name)
 
     def restore_state(self, saved: Path | None) -> None:
-        shutil.rmtree(self.cache, ignore_errors=True)
-        shutil.rmtree(self.out_dir, ignore_errors=True)
-        if saved is not None:
-            shutil.copytree(saved / "cache", self.cache)
-            shutil.copytree(saved / OUT_DIR, self.out_dir)
+        restore_state(self.cache, self.out_dir, saved)
 
     # Processes
 
-    def env(self) -> dict[str, str]:
-        path = os.pathsep.join(
-            filter(None, [str(self.lowerd_source), os.environ.get("PYTHONPATH")])
-        )
-        env = {**os.environ, "PYTHONPATH": path, "LOWERD_CACHE_DIR": str(self.cache)}
-        env["XDG_RUNTIME_DIR"] = str(self.runtime)
-        env.pop("LOWERD_LOG_LEVEL", None)
-        return env
-
-    def run_process(self, command: list[str], kind: str, stdout: Path | None = None) -> float:
-        """Seconds from start to exit; stderr (and stdout unless captured) to a log file."""
-        self._runs += 1
-        log_path = self.root / "logs" / f"{self._runs}-{kind}.log"
-        log_path.parent.mkdir(exist_ok=True)
-        with log_path.open("w") as log_file:
-            out = stdout.open("w") if stdout else log_file
-            try:
-                started = time.perf_counter()
-                # The cwd is the project copy, as for a user: nothing lands in the repo.
-                done = subprocess.run(
-                    command, cwd=self.project, env=self.env(), stdout=out, stderr=log_file
-                )
-                wall = time.perf_counter() - started
-            finally:
-                if stdout:
-                    out.close()
-        if done.returncode != 0:
-            tail = "".join(log_path.read_text().splitlines(keepends=True)[-30:])
-            raise SystemExit(f"bench: a {kind} run failed:\n{tail}")
-        return wall
-
-    def spawn(self, kind: str, **spec: Any) -> dict[str, Any]:
-        result = self.root / "results" / f"{self._runs + 1}-{kind}.json"
-        result.parent.mkdir(exist_ok=True)
-        spec.update(project=str(self.project), result=str(result), entry=ENTRY)
-        command = [sys.executable, str(Path(__file__).resolve()), f"--{kind}-worker"]
-        wall = self.run_process([*command, json.dumps(spec)], kind)
-        run = {**json.loads(result.read_text()), "wall_seconds": wall}
-        source = run.get("lowerd_source")
-        if source and not Path(source).is_relative_to(self.lowerd_source):
-            raise SystemExit(f"bench: a worker imported lowerd from {source}, not the snapshot")
-        return run
-
     def stock(self) -> dict[str, Any]:
-        output = self.root / "stock" / f"{self._runs + 1}.pte"
+        output = self.root / "stock" / f"{self.processes.count + 1}.pte"
         output.parent.mkdir(exist_ok=True)
-        return self.spawn("stock", output=str(output))
+        spec = {"project": str(self.project), "entry": ENTRY, "output": str(output)}
+        return self.processes.worker("stock", spec)
 
     def lowerd(self, profile: Path | None = None) -> dict[str, Any]:
-        return self.spawn("lowerd", profile=str(profile) if profile else None)
+        spec = {"project": str(self.project), "target": TARGET, "seconds": "lowerd"}
+        return self.processes.worker("lowerd", {**spec, "profile": profile and str(profile)})
 
     def cli(self) -> dict[str, Any]:
         """`python -m lowerd build --json transformer`, timed from outside."""
-        output = self.root / "results" / f"{self._runs + 1}-cli.json"
-        output.parent.mkdir(exist_ok=True)
-        command = [sys.executable, "-m", "lowerd", "build", "--json", TARGET]
-        wall = self.run_process(command, "cli", stdout=output)
-        [target] = json.loads(output.read_text())["targets"]
+        done = self.processes.lowerd("build", "--json", TARGET, what="cli")
+        [target] = json.loads(done.stdout)["targets"]
         return {
-            "seconds": wall,
-            "wall_seconds": wall,
-            "lowerd_seconds": target["seconds"],
-            "sha256": file_sha256(self.project / target["output"])
-            if target.get("output")
-            else None,
-            "reported_sha256": target["sha256"],
-            "hits": target["cache"]["hits"],
-            "misses": target["cache"]["misses"],
-            "rebased": target["cache"].get("rebased", 0),
-            "reused": target.get("reused"),
+            "seconds": done.seconds,
+            "wall_seconds": done.seconds,
+            **build_numbers(target, self.project),
         }
 
     # Scenarios
@@ -442,28 +249,17 @@ class Bench:
         for round_ in range(max(times, stock_times)):
             if round_ < stock_times:
                 found.stock.append(self.stock())
-                log(f"  {name}: stock {describe(found.stock[-1])}")
+                log(f"  {name}: stock {describe_run(found.stock[-1])}")
             if round_ < times:
                 self.restore_state(start)
                 found.lowerd.append(runs())
-                log(f"  {name}: lowerd {describe(found.lowerd[-1])}")
+                log(f"  {name}: lowerd {describe_run(found.lowerd[-1])}")
         if profile:  # unmeasured: the same rebuild again, under cProfile
             self.profile_path = self.root / f"{key}.prof"
             self.restore_state(start)
             self.lowerd(profile=self.profile_path)
             log(f"  {name}: profiled into {self.profile_path}")
         return self.save_state(key)
-
-
-def describe(run: dict[str, Any]) -> str:
-    if "import_seconds" not in run:
-        return f"{run['wall_seconds']:.2f} s whole process (reused: {run.get('reused')})"
-    text = f"{run['seconds']:.2f} s (+{run['import_seconds']:.1f} s imports"
-    if "hits" in run:
-        text += f", {run['misses']} preprocessed, {run['hits']} reused ({run['rebased']} rebased)"
-    if run.get("reused"):
-        text += f", reused: {run['reused']}"
-    return text + ")"
 
 
 # Report ------------------------------------------------------------------------------------
@@ -473,15 +269,6 @@ def ratio_of(scenario: Runs) -> float:
     """lowerd over stock: whole processes for the no-op, seconds of work otherwise."""
     key = "wall_seconds" if scenario.key == "no-op" else "seconds"
     return Runs.median(scenario.lowerd, key) / Runs.median(scenario.stock, key)
-
-
-def reuse_cells(run: dict[str, Any]) -> tuple[str, str, str, str]:
-    """preprocessed, reused, rebased, reused % (of the partitions in the .pte)."""
-    if run.get("reused"):  # the .pte was kept: no partition was looked at
-        return "0", "all", "-", f"{run['reused']}"
-    total = run["hits"] + run["misses"]
-    share = f"{100 * run['hits'] / total:.0f} %" if total else "-"
-    return str(run["misses"]), str(run["hits"]), str(run["rebased"]), share
 
 
 def spread(runs: list[dict[str, Any]], key: str) -> str:
@@ -576,7 +363,7 @@ def checks(results: dict[str, Runs]) -> list[str]:
     found.append(
         ("each edit but the comment changed stock's .pte", len(set(shas)) == len(shas) - 1)
     )
-    return [f"  [{'ok' if good else '!!'}] {text}" for text, good in found]
+    return verdicts(found)
 
 
 # The profile of the structural edit ----------------------------------------------------------
@@ -726,7 +513,7 @@ def print_report(bench: Bench, revision: str) -> None:
     first = cold.lowerd[-1]
     partitions = cold.stock[-1]["partitions"]
     note = f"medians of {args.repeat} runs" if args.repeat > 1 else "one run each"
-    print(f"\nlowerd {revision}; torch and executorch as installed in {sys.prefix}")
+    print(installed_line(revision))
     print(
         f"transformer: {args.blocks} blocks, d={args.dim}, seq {args.seq}; {partitions} XNNPACK "
         f"partitions, {first['ops_delegated']}/{first['ops']} ops delegated"
@@ -746,10 +533,7 @@ def print_report(bench: Bench, revision: str) -> None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--blocks", type=int, default=6, help="transformer blocks (default 6)")
-    parser.add_argument("--dim", type=int, default=256, help="transformer width (default 256)")
-    parser.add_argument("--seq", type=int, default=64, help="sequence length (default 64)")
-    parser.add_argument("--quick", action="store_true", help="2 blocks, d=64, seq 16: smoke test")
+    add_transformer_size(parser, "2 blocks, d=64, seq 16: smoke test")
     parser.add_argument(
         "--repeat", type=int, default=1, help="runs of each scenario and of stock (default 1)"
     )
@@ -767,11 +551,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--json", metavar="FILE", help="also write every run's numbers to FILE")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir, and say where")
-    parser.add_argument("--stock-worker", help=argparse.SUPPRESS)
-    parser.add_argument("--lowerd-worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    quick_size(args)
     if args.quick:
-        args.blocks, args.dim, args.seq, args.cheap_repeat = 2, 64, 16, min(args.cheap_repeat, 3)
+        args.cheap_repeat = min(args.cheap_repeat, 3)
     if args.blocks < 1 or args.repeat < 1 or args.cheap_repeat < 1:
         parser.error("--blocks, --repeat and --cheap-repeat must be at least 1")
     return args
@@ -779,25 +562,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    if args.stock_worker or args.lowerd_worker:
-        kind = "stock" if args.stock_worker else "lowerd"
-        run_worker(kind, json.loads(args.stock_worker or args.lowerd_worker))
-        return 0
-    root = Path(tempfile.mkdtemp(prefix="bench-incremental-"))
-    try:
+    with workdir("bench-incremental-", args.keep) as root:
         bench = Bench(root, args)
         revision = lowerd_revision()
-        log(f"bench: {root}")
         bench.run()
         print_report(bench, revision)
         if args.json:
-            document = {k: v.to_json() for k, v in bench.results.items()}
-            Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
-    finally:
-        if args.keep:
-            log(f"bench: kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+            write_json(args.json, {k: v.to_json() for k, v in bench.results.items()})
     return 0
 
 

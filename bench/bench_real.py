@@ -43,27 +43,37 @@ test: nothing asserts on a timing.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Helpers shared with the other bench scripts (the bench folder is not a package; this file's
-# folder is on sys.path when it runs, as a script or as a worker).
-from bench_build import file_sha256, log, lowerd_revision, set_constant, snapshot_lowerd
-from bench_incremental import reuse_cells, stock_worker
+from harness import (
+    OUT_DIR,
+    REAL_PROJECT,
+    Processes,
+    bench_env,
+    build_numbers,
+    check_snapshot_imported,
+    copy_project,
+    installed_line,
+    log,
+    lowerd_revision,
+    median_of,
+    render,
+    restore_state,
+    reuse,
+    save_state,
+    set_constants_in_file,
+    snapshot_lowerd,
+    verdicts,
+    workdir,
+    write_json,
+)
 
-PROJECT = Path(__file__).resolve().parent / "real"
-OUT_DIR = "build"  # out_dir in bench/real/pyproject.toml
 # Every edit is a line inserted just above this line of the model's make().
 ANCHOR = "    model = Logits(model).eval()\n"
 COMMENT = "    # Built from its config with random weights: nothing is downloaded.\n"
@@ -156,20 +166,6 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(temp, path)
 
 
-# The stock process ---------------------------------------------------------------------------
-
-
-def stock_main(spec: dict[str, Any]) -> None:
-    """bench_incremental's stock worker, after the model's own libraries are imported too."""
-    started = time.perf_counter()
-    for name in spec["libraries"]:
-        importlib.import_module(name)
-    libraries = time.perf_counter() - started
-    result = stock_worker(spec)
-    result["import_seconds"] += libraries
-    Path(spec["result"]).write_text(json.dumps(result))
-
-
 # The bench ---------------------------------------------------------------------------------
 
 
@@ -180,7 +176,7 @@ class Cell:
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {p: [] for p in PATHS})
 
     def median(self, path: str, key: str) -> float:
-        return statistics.median(run[key] for run in self.runs[path])
+        return median_of(self.runs[path], key)
 
     def last(self, path: str) -> dict[str, Any]:
         return self.runs[path][-1]
@@ -190,66 +186,48 @@ class Cell:
         return all(run["sha256"] == stock for run in self.runs[path])
 
 
+def copy_real_project(where: Path, small: bool) -> Path:
+    """A copy of bench/real, its models sized by --small."""
+    project = copy_project(REAL_PROJECT, where)
+    set_constants_in_file(project / "models" / "common.py", {"SMALL": small})
+    return project
+
+
 class Bench:
     def __init__(self, root: Path, args: argparse.Namespace):
         self.root, self.args = root, args
         self.lowerd_source = snapshot_lowerd(root)
         self.runtime = root / "run"  # XDG_RUNTIME_DIR: the daemon's socket, status and log
-        self.runtime.mkdir(mode=0o700)
         # One copy of the project per path, each with its own cache: the same edits on each.
-        self.projects = {path: self.copy_project(root / path) for path in PATHS}
+        self.projects = {path: copy_real_project(root / path, args.small) for path in PATHS}
         self.caches = {path: root / f"cache-{path}" for path in PATHS}
+        self.envs = {
+            path: bench_env(self.lowerd_source, self.caches[path], self.runtime, HF_HUB_OFFLINE="1")
+            for path in PATHS
+        }
+        self.processes = Processes(
+            root, self.projects["stock"], self.envs["stock"], self.lowerd_source
+        )
         self.results: dict[str, dict[str, Cell]] = {}
         self.daemon_pid: str | None = None
-        self._runs = 0
 
-    def copy_project(self, where: Path) -> Path:
-        ignore = shutil.ignore_patterns("__pycache__", OUT_DIR)
-        shutil.copytree(PROJECT, where, ignore=ignore)
-        set_constant(where / "models" / "common.py", "SMALL", str(self.args.small))
-        return where
-
-    def env(self, path: str) -> dict[str, str]:
-        env = dict(os.environ, LOWERD_CACHE_DIR=str(self.caches[path]))
-        env.update(XDG_RUNTIME_DIR=str(self.runtime), HF_HUB_OFFLINE="1")
-        env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(self.lowerd_source), os.environ.get("PYTHONPATH")])
-        )
-        env.pop("LOWERD_LOG_LEVEL", None)
-        return env
-
-    def run(self, path: str, command: list[str], what: str) -> tuple[float, str]:
-        """Seconds from start to exit, and stdout; stderr goes to a log file."""
-        self._runs += 1
-        log_path = self.root / "logs" / f"{self._runs:03d}-{path}-{what}.log"
-        log_path.parent.mkdir(exist_ok=True)
-        with log_path.open("w") as stderr:
-            started = time.perf_counter()
-            done = subprocess.run(
-                command,
-                cwd=self.projects[path],
-                env=self.env(path),
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-            )
-            seconds = time.perf_counter() - started
-        errors = log_path.read_text()
-        if done.returncode != 0:
-            tail = "".join(errors.splitlines(keepends=True)[-30:])
-            raise SystemExit(f"bench: {what} ({path}) failed:\n{done.stdout[-2000:]}{tail}")
-        if "building in this process" in errors or "not using a daemon" in errors:
-            raise SystemExit(f"bench: {what} did not go through the daemon; see {log_path}")
-        return seconds, done.stdout
-
-    def lowerd(self, command: str, *args: str) -> tuple[float, str]:
+    def lowerd(self, command: str, *args: str) -> str:
+        """`python -m lowerd COMMAND ARGS` on the path's project; its stdout."""
         path = "in-process" if "--no-daemon" in args else "daemon"
-        return self.run(path, [sys.executable, "-m", "lowerd", command, *args], command)
+        return self.lowerd_timed(path, command, *args)[1]
+
+    def lowerd_timed(self, path: str, command: str, *args: str) -> tuple[float, str]:
+        where = {"cwd": self.projects[path], "env": self.envs[path]}
+        done = self.processes.lowerd(command, *args, what=f"{path}-{command}", **where)
+        errors = done.log.read_text()
+        if "building in this process" in errors or "not using a daemon" in errors:
+            raise SystemExit(f"bench: {command} did not go through the daemon; see {done.log}")
+        return done.seconds, done.stdout
 
     # The daemon
 
     def start_daemon(self) -> None:
-        _, said = self.lowerd("daemon", "start")
+        said = self.lowerd("daemon", "start")
         self.daemon_pid = said.split()[1]
         log(f"bench: daemon {self.daemon_pid} started; warming it with one build")
         self.build("daemon", "warmup")
@@ -257,37 +235,27 @@ class Bench:
     def stop_daemon(self) -> None:
         if self.daemon_pid is None:
             return
-        _, said = self.lowerd("daemon", "status")
+        said = self.lowerd("daemon", "status")
         if self.daemon_pid not in said.split():
             log(f"bench: the daemon was replaced during the run:\n{said}")
         self.lowerd("daemon", "stop")
 
     def check_snapshot(self) -> None:
-        _, where = self.run(
-            "stock", [sys.executable, "-c", "import lowerd; print(lowerd.__file__)"], "check"
-        )
-        if not Path(where.strip()).is_relative_to(self.lowerd_source):
-            raise SystemExit(f"bench: lowerd would be imported from {where.strip()}")
+        check_snapshot_imported(self.envs["stock"], self.projects["stock"], self.lowerd_source)
 
     # One run of each kind
 
     def stock(self, model: RealModel) -> dict[str, Any]:
-        result = self.root / "stock-results" / f"{self._runs + 1}.json"
-        result.parent.mkdir(exist_ok=True)
-        spec = {
-            "project": str(self.projects["stock"]),
-            "entry": f"{model.file}:make",
-            "output": str(self.root / "stock-results" / f"{self._runs + 1}.pte"),
-            "result": str(result),
-            "libraries": list(model.libraries),
-        }
-        command = [sys.executable, str(Path(__file__).resolve()), "--stock", json.dumps(spec)]
-        seconds, _ = self.run("stock", command, f"stock-{model.target}")
-        return {**json.loads(result.read_text()), "wall_seconds": seconds}
+        """The stock worker, after the model's own libraries are imported too."""
+        output = self.root / "stock-results" / f"{self.processes.count + 1}.pte"
+        output.parent.mkdir(exist_ok=True)
+        spec = {"project": str(self.projects["stock"]), "entry": f"{model.file}:make"}
+        spec.update(output=str(output), libraries=list(model.libraries))
+        return self.processes.worker("stock", spec, what=f"stock-{model.target}")
 
     def build(self, path: str, target: str) -> dict[str, Any]:
         flags = ["--no-daemon"] if path == "in-process" else []
-        seconds, stdout = self.lowerd("build", "--json", *flags, target)
+        seconds, stdout = self.lowerd_timed(path, "build", "--json", *flags, target)
         [found] = json.loads(stdout)["targets"]
         if found["status"] != "ok":
             raise SystemExit(f"bench: lowerd build {target} ({path}) failed: {found['error']}")
@@ -296,10 +264,7 @@ class Bench:
         return {
             "wall_seconds": seconds,
             "seconds": found["seconds"],  # the build itself, as lowerd reports it
-            "sha256": file_sha256(self.projects[path] / found["output"]),
-            "reported_sha256": found["sha256"],
-            **found["cache"],
-            "reused": found["reused"],
+            **build_numbers(found, self.projects[path]),
             "qparams": f"{qparams['hits']}/{qparams['misses']}" if qparams else "-",
             "partitions": len(forward.get("partitions", [])),
             "ops": f"{forward.get('ops_delegated')}/{forward.get('ops')}" if forward else None,
@@ -309,17 +274,10 @@ class Bench:
 
     def save_state(self, path: str) -> Path:
         saved = self.root / "states" / path
-        shutil.rmtree(saved, ignore_errors=True)
-        shutil.copytree(self.caches[path], saved / "cache")
-        shutil.copytree(self.projects[path] / OUT_DIR, saved / OUT_DIR)
-        return saved
+        return save_state(self.caches[path], self.projects[path] / OUT_DIR, saved)
 
     def restore_state(self, path: str, saved: Path | None) -> None:
-        for folder in (self.caches[path], self.projects[path] / OUT_DIR):
-            shutil.rmtree(folder, ignore_errors=True)
-        if saved is not None:
-            shutil.copytree(saved / "cache", self.caches[path])
-            shutil.copytree(saved / OUT_DIR, self.projects[path] / OUT_DIR)
+        restore_state(self.caches[path], self.projects[path] / OUT_DIR, saved)
 
     # The scenarios
 
@@ -357,12 +315,6 @@ def describe(cell: Cell, round_: int) -> str:
     return text
 
 
-def reuse(run: dict[str, Any]) -> str:
-    """preprocessed/reused/rebased partitions, or why the .pte was kept."""
-    preprocessed, reused, rebased, share = reuse_cells(run)
-    return share if run.get("reused") else f"{preprocessed}/{reused}/{rebased}"
-
-
 # Report ------------------------------------------------------------------------------------
 
 
@@ -373,18 +325,6 @@ def model_header(model: RealModel, cells: dict[str, Cell], small: bool) -> str:
         f"{model.target}: {title}\n  {cold['partitions']} XNNPACK partitions, "
         f"{cold['ops']} ops delegated"
     )
-
-
-def render(titles: list[str], rows: list[list[str]]) -> str:
-    """Columns as wide as their widest cell: the first left-aligned, the others right."""
-    widths = [max(len(row[i]) for row in [titles, *rows]) for i in range(len(titles))]
-
-    def line(row: list[str]) -> str:
-        cells = [row[0].ljust(widths[0])]
-        cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
-        return "  " + "  ".join(cells)
-
-    return "\n".join(line(row) for row in [titles, *rows])
 
 
 def one_or_each(values: list[str]) -> str:
@@ -478,7 +418,7 @@ def goals(results: dict[str, dict[str, Cell]]) -> list[str]:
         for run in cell.runs[path]
     )
     found.append(("lowerd's reports name the sha256 of the files it left", reported))
-    return [f"  [{'ok' if good else '!!'}] {text}" for text, good in found]
+    return verdicts(found)
 
 
 def all_same(results: dict[str, dict[str, Cell]]) -> bool:
@@ -493,7 +433,7 @@ def all_same(results: dict[str, dict[str, Cell]]) -> bool:
 def print_report(bench: Bench, revision: str) -> None:
     args = bench.args
     note = f"medians of {args.repeat} runs" if args.repeat > 1 else "one run each"
-    print(f"\nlowerd {revision}; torch and executorch as installed in {sys.prefix}")
+    print(installed_line(revision))
     if args.small:
         print("SMALL CONFIGS (--small): a smoke run of the script, not the benchmark's numbers")
     print(
@@ -537,19 +477,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--repeat", type=positive, default=1, help="runs per cell; medians shown")
     parser.add_argument("--json", metavar="FILE", help="also write every run's numbers to FILE")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir, and say where")
-    parser.add_argument("--stock", help=argparse.SUPPRESS)  # a JSON spec: one stock process
     return parser.parse_args(argv)
 
 
 def run_bench(args: argparse.Namespace) -> bool:
     """The whole run, in a temp dir; True when every lowerd .pte equals stock's."""
-    with ExitStack() as cleanup:
-        root = Path(tempfile.mkdtemp(prefix="bench-real-"))
-        if args.keep:
-            cleanup.callback(log, f"bench: kept {root}")
-        else:
-            cleanup.callback(shutil.rmtree, root, ignore_errors=True)
-        log(f"bench: {root}")
+    with workdir("bench-real-", args.keep) as root:
         bench, revision = Bench(root, args), lowerd_revision()
         bench.check_snapshot()
         bench.start_daemon()
@@ -561,16 +494,12 @@ def run_bench(args: argparse.Namespace) -> bool:
         print_report(bench, revision)
         if args.json:
             runs = {t: {k: c.runs for k, c in cells.items()} for t, cells in bench.results.items()}
-            Path(args.json).write_text(json.dumps(runs, indent=2) + "\n")
+            write_json(args.json, runs)
         return all_same(bench.results)
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    if args.stock:
-        stock_main(json.loads(args.stock))
-        return 0
-    return 0 if run_bench(args) else 1
+    return 0 if run_bench(parse_args(argv)) else 1
 
 
 if __name__ == "__main__":
