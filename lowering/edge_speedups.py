@@ -136,9 +136,11 @@ class EdgeSpeedups:
 
         raw = ExportedProgram.__dict__["run_decompositions"]
         caller = _program._gen_edge_manager_for_partitioners.__code__
-        functional: weakref.WeakSet = weakref.WeakSet()  # outputs of this lowering's replays
+        functional: weakref.WeakSet[Any] = weakref.WeakSet()  # outputs of this lowering's replays
 
-        def run_decompositions(program: Any, decomp_table: Any = None, *args: Any, **kwargs: Any):
+        def run_decompositions(
+            program: Any, decomp_table: Any = None, *args: Any, **kwargs: Any
+        ) -> Any:
             if sys._getframe(1).f_code is not caller:
                 return raw(program, decomp_table, *args, **kwargs)
             started = time.perf_counter()
@@ -152,11 +154,12 @@ class EdgeSpeedups:
             return result
 
         run_decompositions.__wrapped__ = raw  # type: ignore[attr-defined]
-        ExportedProgram.run_decompositions = run_decompositions
+        # The method is swapped for this lowering only and restored below, as mock.patch would.
+        ExportedProgram.run_decompositions = run_decompositions  # type: ignore[method-assign]
         try:
             yield self
         finally:
-            ExportedProgram.run_decompositions = raw
+            ExportedProgram.run_decompositions = raw  # type: ignore[method-assign]
 
     def _record(self, table: Any, skipped: bool, why: str, started: float) -> None:
         size = len(table) if isinstance(table, dict) else None
@@ -210,7 +213,9 @@ class EdgeSpeedups:
         return value
 
 
-def why_replay(program: Any, table: Any, args: tuple, kwargs: dict, functional: bool) -> str | None:
+def why_replay(
+    program: Any, table: Any, args: tuple[Any, ...], kwargs: dict[str, Any], functional: bool
+) -> str | None:
     """Why this run_decompositions call must run, or None if it would give the program back."""
     import torch
 
@@ -244,7 +249,7 @@ def why_replay(program: Any, table: Any, args: tuple, kwargs: dict, functional: 
     return _why_graph(program.graph_module, table, packets)
 
 
-def _why_graph(graph_module: Any, table: dict, packets: set) -> str | None:
+def _why_graph(graph_module: Any, table: dict[Any, Any], packets: set[Any]) -> str | None:
     import torch
 
     for name, child in graph_module.named_modules():
@@ -348,7 +353,7 @@ def _same(a: Any, b: Any) -> bool:
         return list(a) == list(b) and all(
             type(k) is type(j) and _same(a[k], b[j]) for k, j in zip(a, b, strict=True)
         )
-    return a == b
+    return bool(a == b)
 
 
 def encode_plain(value: Any) -> bytes | None:

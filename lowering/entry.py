@@ -24,7 +24,7 @@ from lowerd.project.source_map import UserFiles
 @dataclass
 class MethodSpec:
     module: Any
-    args: tuple
+    args: tuple[Any, ...]
     dynamic_shapes: Any = None
 
 
@@ -56,7 +56,7 @@ def _find_function(config: ProjectConfig, target: TargetConfig) -> Callable[[], 
     if root not in sys.path:  # entry files import their siblings as `models.blocks`
         sys.path.insert(0, root)
     module = _import(config, target, where)
-    function = getattr(module, function_name, None)
+    function: Any = getattr(module, function_name, None)
     if function is None:
         raise EntryError(
             f"{where} has no function {function_name!r} (entry of target {target.name!r})",
@@ -69,7 +69,8 @@ def _find_function(config: ProjectConfig, target: TargetConfig) -> Callable[[], 
             config.path,
             target.entry_line,
         )
-    return function
+    entry: Callable[[], Any] = function
+    return entry
 
 
 def _import(config: ProjectConfig, target: TargetConfig, where: str) -> Any:

@@ -79,7 +79,7 @@ def module_coverage(ops: Iterable[tuple[ModuleStack, bool]]) -> list[ModuleCover
     """
     concrete: dict[str, _Row] = {"": _Row("", None)}
     for stack, delegated in ops:
-        paths = dict(stack)
+        paths: dict[str, str | None] = dict(stack)
         if "" not in paths:
             paths = {"": None, **paths}
         for path, cls in paths.items():

@@ -192,7 +192,7 @@ class _Merges:
         ra, rb = self.find(a), self.find(b)
         if ra == rb:
             return False
-        backends = {self._backend(ra), self._backend(rb)} - {None}
+        backends = {b for b in (self._backend(ra), self._backend(rb)) if b is not None}
         if len(backends) > 1:
             return False  # one backend's partition cannot take another's ops
         if self.label[ra] > self.label[rb]:

@@ -21,6 +21,9 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
+# A value as the key holds it: nested tuples of plain values, packed with msgpack.
+Encoded = tuple[Any, ...]
+
 # Bump when the key's structure or the cached value's encoding changes.
 FORMAT_VERSION = 2
 
@@ -46,12 +49,12 @@ class PartitionKeyDetails:
     naming: str
     torch_version: str
     executorch_version: str
-    compile_specs: tuple
-    graph: tuple
-    submodules: tuple
-    signature: tuple
-    range_constraints: tuple
-    tensors: tuple
+    compile_specs: Encoded
+    graph: Encoded
+    submodules: Encoded
+    signature: Encoded
+    range_constraints: Encoded
+    tensors: Encoded
 
     def digest(self) -> str:
         return hashlib.sha256(_pack(dataclasses.astuple(self))).hexdigest()
@@ -109,10 +112,11 @@ def _executorch_version() -> str:
 
 
 def _pack(value: Any) -> bytes:
-    return msgpack.packb(value, use_bin_type=True)
+    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    return packed
 
 
-def _encode_compile_specs(specs: Iterable[Any]) -> tuple:
+def _encode_compile_specs(specs: Iterable[Any]) -> Encoded:
     return tuple((spec.key, bytes(spec.value)) for spec in specs)
 
 
@@ -126,10 +130,10 @@ class _Encoder:
         self.positions = {node.name: f"%{i}" for i, node in enumerate(graph.nodes)}
         self.handles: list[int] = []
 
-    def graph(self, graph: torch.fx.Graph) -> tuple:
+    def graph(self, graph: torch.fx.Graph) -> Encoded:
         return tuple(self.node(node) for node in graph.nodes)
 
-    def node(self, node: torch.fx.Node) -> tuple:
+    def node(self, node: torch.fx.Node) -> Encoded:
         meta = tuple(
             (name, self.meta(name, value))
             for name, value in sorted(node.meta.items())
@@ -157,11 +161,11 @@ class _Encoder:
             return _encode_value([fn for _, fn in value], self)
         return _encode_value(value, self)
 
-    def submodules(self, graph_module: torch.fx.GraphModule) -> tuple:
+    def submodules(self, graph_module: torch.fx.GraphModule) -> Encoded:
         """What get_attr nodes read: control-flow branches (cond, map, scan, while) as
         GraphModules, tensors by content, and other values (the pytree specs flat_apply calls a
         function with, holding that function) by their encoding."""
-        encoded = []
+        encoded: list[Encoded] = []
         for node in graph_module.graph.nodes:
             if node.op != "get_attr":
                 continue
@@ -176,7 +180,7 @@ class _Encoder:
                 encoded.append((node.target, _encode_value(owner, self)))
         return tuple(encoded)
 
-    def signature(self, program: ExportedProgram) -> tuple:
+    def signature(self, program: ExportedProgram) -> Encoded:
         signature = program.graph_signature
         inputs = tuple(
             (spec.kind.name, self.argument(spec.arg), spec.target, spec.persistent)
@@ -195,11 +199,11 @@ class _Encoder:
         return _encode_value(argument, self)
 
 
-def _encode_ranges(program: ExportedProgram) -> tuple:
+def _encode_ranges(program: ExportedProgram) -> Encoded:
     return tuple(sorted((str(sym), str(r)) for sym, r in program.range_constraints.items()))
 
 
-def _tensor_digests(program: ExportedProgram) -> tuple:
+def _tensor_digests(program: ExportedProgram) -> Encoded:
     """Content digests of the weights a partition lifted: parameters, buffers and constants."""
     digests = []
     for spec in program.graph_signature.input_specs:
@@ -215,7 +219,7 @@ def _tensor_digests(program: ExportedProgram) -> tuple:
     return tuple(digests)
 
 
-def _tensor_digest(value: Any) -> tuple:
+def _tensor_digest(value: Any) -> Encoded:
     if not isinstance(value, torch.Tensor):
         raise Unkeyable(f"constant of type {type(value).__name__} has no content digest")
     tensor = value.detach()
@@ -268,7 +272,7 @@ def _encode_value(value: Any, encoder: _Encoder | None = None) -> Any:  # noqa: 
     if _versioned_function(value):
         return ("function", f"{value.__module__}.{value.__qualname__}")
     if isinstance(value, torch._ops.HigherOrderOperator) and _versioned_type(type(value)):
-        return ("hop", f"{type(value).__module__}.{type(value).__qualname__}", value.name())
+        return ("hop", f"{type(value).__module__}.{type(value).__qualname__}", str(value.name()))  # type: ignore[no-untyped-call]  # torch leaves HigherOrderOperator.name unannotated
     return _encode_by_repr(value)
 
 
@@ -291,7 +295,7 @@ def _versioned_type(value: Any) -> bool:
     return module.split(".")[0] in _VERSIONED_PACKAGES and "<locals>" not in value.__qualname__
 
 
-def _encode_tensor_meta(tensor: torch.Tensor) -> tuple:
+def _encode_tensor_meta(tensor: torch.Tensor) -> Encoded:
     """A tensor in metadata (meta["val"], eager_input_vals) is keyed by what it describes; its
     strides also decide its dim order."""
     return (
@@ -303,7 +307,7 @@ def _encode_tensor_meta(tensor: torch.Tensor) -> tuple:
     )
 
 
-def _encode_by_repr(value: Any) -> tuple:
+def _encode_by_repr(value: Any) -> Encoded:
     # Op overloads, EdgeOpOverloads, quantization specs and AOT descriptors print their identity.
     # An object that prints its address cannot be keyed across runs.
     text = repr(value)

@@ -26,6 +26,10 @@ from lowerd.lowering.rebase import REBASABLE_BACKENDS, CannotRebase, rebase
 # hit: served as stored; rebased: served with its debug handles renumbered; miss: preprocessed
 # and stored; uncached: preprocessed, and not storable (or the cache is off).
 Outcome = Literal["hit", "rebased", "miss", "uncached"]
+# preprocess_multimethod's arguments and answer: per method, a list (one per partition).
+ProgramsByMethod = dict[str, list[Any]]
+SpecsByMethod = dict[str, list[list[Any]]]
+ResultsByMethod = dict[str, list[PreprocessResult]]
 
 
 @dataclass
@@ -89,7 +93,9 @@ class PreprocessCache:
         backend = backend_cls.__name__
         if name == "preprocess_multimethod":
 
-            def preprocess_multimethod(cls: type, programs: dict, specs: dict) -> dict:
+            def preprocess_multimethod(
+                cls: type, programs: ProgramsByMethod, specs: SpecsByMethod
+            ) -> ResultsByMethod:
                 return self._multimethod(
                     backend, lambda: function(cls, programs, specs), programs, specs
                 )
@@ -98,18 +104,20 @@ class PreprocessCache:
 
         if isinstance(raw, classmethod):
 
-            def preprocess_classmethod(cls: type, program: Any, specs: list) -> PreprocessResult:
+            def preprocess_classmethod(
+                cls: type, program: Any, specs: list[Any]
+            ) -> PreprocessResult:
                 return self._single(backend, lambda: function(cls, program, specs), program, specs)
 
             return classmethod(preprocess_classmethod)
 
-        def preprocess_static(program: Any, specs: list) -> PreprocessResult:
+        def preprocess_static(program: Any, specs: list[Any]) -> PreprocessResult:
             return self._single(backend, lambda: function(program, specs), program, specs)
 
         return staticmethod(preprocess_static)
 
     def _single(
-        self, backend: str, run: Callable[[], PreprocessResult], program: Any, specs: list
+        self, backend: str, run: Callable[[], PreprocessResult], program: Any, specs: list[Any]
     ) -> PreprocessResult:
         if self._inside_multimethod:  # the enclosing multimethod call is cached as a whole
             return run()
@@ -117,8 +125,12 @@ class PreprocessCache:
         return result
 
     def _multimethod(
-        self, backend: str, run: Callable[[], dict], programs: dict, specs: dict
-    ) -> dict:
+        self,
+        backend: str,
+        run: Callable[[], ResultsByMethod],
+        programs: ProgramsByMethod,
+        specs: SpecsByMethod,
+    ) -> ResultsByMethod:
         methods = list(programs)
         flat_programs = [p for m in methods for p in programs[m]]
         flat_specs = [s for m in methods for s in specs[m]]
@@ -138,11 +150,12 @@ class PreprocessCache:
         self,
         backend: str,
         run: Callable[[], list[PreprocessResult]],
-        programs: list,
-        specs: list,
+        programs: list[Any],
+        specs: list[Any],
     ) -> list[PreprocessResult]:
         started = time.perf_counter()
-        if self.store is None:
+        store = self.store
+        if store is None:
             return self._record_run(backend, None, run, started, note="cache disabled")
         try:
             key = key_details(backend, programs, specs, stable_naming=backend in REBASABLE_BACKENDS)
@@ -150,7 +163,7 @@ class PreprocessCache:
             return self._record_run(backend, None, run, started, note=str(why))
         digest = key.digest()
 
-        cached, note = self._load(digest)
+        cached, note = self._load(store, digest)
         if cached is not None:
             results, built_with = cached
             try:
@@ -169,37 +182,34 @@ class PreprocessCache:
         except NotPlainData as why:
             self._record(backend, digest, "uncached", started, results, note=str(why))
             return results
-        problems = len(self.store.problems)
-        if not self.store.put(digest, payload):
-            why = self._store_note(problems, self.store.corrupt_removed) or "not stored"
-            self._record(backend, digest, "uncached", started, results, note=why)
+        problems = len(store.problems)
+        if not store.put(digest, payload):
+            lost = _store_note(store, problems, store.corrupt_removed) or "not stored"
+            self._record(backend, digest, "uncached", started, results, note=lost)
             return results
         self._record(backend, digest, "miss", started, results, note=note)
         return results
 
     def _load(
-        self, digest: str
+        self, store: BlobStore, digest: str
     ) -> tuple[tuple[list[PreprocessResult], tuple[int, ...]] | None, str | None]:
         """The cached results and the handles they were built with, or why there are none."""
-        problems, corrupt = len(self.store.problems), self.store.corrupt_removed
-        payload = self.store.get(digest)
+        problems, corrupt = len(store.problems), store.corrupt_removed
+        payload = store.get(digest)
         if payload is None:
-            return None, self._store_note(problems, corrupt)
+            return None, _store_note(store, problems, corrupt)
         try:
             return decode_results(payload), None
         except Exception as why:  # digest-valid but undecodable: preprocess again
             return None, f"cached entry not decodable: {why}"
 
-    def _store_note(self, problems_before: int, corrupt_before: int) -> str | None:
-        """What went wrong in the store since those counts were taken: its I/O errors are noted,
-        never raised, so this is how a record says why the cache did not serve or keep a blob."""
-        new = [str(problem) for problem in self.store.problems[problems_before:]]
-        if self.store.corrupt_removed > corrupt_before:
-            new.append("a corrupt cache entry was removed")
-        return "; ".join(new) or None
-
     def _record_run(
-        self, backend: str, key: str | None, run: Callable[[], list], started: float, note: str
+        self,
+        backend: str,
+        key: str | None,
+        run: Callable[[], list[PreprocessResult]],
+        started: float,
+        note: str,
     ) -> list[PreprocessResult]:
         results = run()
         self._record(backend, key, "uncached", started, results, note=note)
@@ -229,3 +239,12 @@ class PreprocessCache:
 
 def _blob_digest(processed_bytes: bytes) -> str:
     return hashlib.sha256(processed_bytes).hexdigest()
+
+
+def _store_note(store: BlobStore, problems_before: int, corrupt_before: int) -> str | None:
+    """What went wrong in the store since those counts were taken: its I/O errors are noted,
+    never raised, so this is how a record says why the cache did not serve or keep a blob."""
+    new = [str(problem) for problem in store.problems[problems_before:]]
+    if store.corrupt_removed > corrupt_before:
+        new.append("a corrupt cache entry was removed")
+    return "; ".join(new) or None

@@ -19,7 +19,8 @@ class NotPlainData(Exception):
 def encode_results(results: list[PreprocessResult], handles: tuple[int, ...]) -> bytes:
     """The results of one preprocess call, with the debug handles they were built with."""
     document = {"handles": list(handles), "results": [_encode_result(r) for r in results]}
-    return msgpack.packb(document, use_bin_type=True)
+    packed: bytes = msgpack.packb(document, use_bin_type=True)
+    return packed
 
 
 def decode_results(payload: bytes) -> tuple[list[PreprocessResult], tuple[int, ...]]:
@@ -28,7 +29,7 @@ def decode_results(payload: bytes) -> tuple[list[PreprocessResult], tuple[int, .
     return [_decode_result(r) for r in raw["results"]], tuple(raw["handles"])
 
 
-def _encode_result(result: PreprocessResult) -> dict:
+def _encode_result(result: PreprocessResult) -> dict[str, Any]:
     if result._delegate_info_meta is not None:
         raise NotPlainData("delegate info meta is an arbitrary object")
     return {
@@ -38,7 +39,7 @@ def _encode_result(result: PreprocessResult) -> dict:
     }
 
 
-def _decode_result(raw: dict) -> PreprocessResult:
+def _decode_result(raw: dict[str, Any]) -> PreprocessResult:
     return PreprocessResult(
         processed_bytes=raw["processed_bytes"],
         debug_handle_map=_decode_handle_map(raw["debug_handle_map"]),
@@ -46,7 +47,7 @@ def _decode_result(raw: dict) -> PreprocessResult:
     )
 
 
-def _encode_handle_map(handle_map: dict | None) -> list | None:
+def _encode_handle_map(handle_map: dict[int, Any] | None) -> list[Any] | None:
     # Pairs, not a map, so int and str keys come back as they went in; the value's container
     # type is kept too, since ExecuTorch passes it on to ETRecord as it is.
     if handle_map is None:
@@ -60,7 +61,7 @@ def _encode_handle_map(handle_map: dict | None) -> list | None:
     return pairs
 
 
-def _decode_handle_map(pairs: list | None) -> dict | None:
+def _decode_handle_map(pairs: list[Any] | None) -> dict[int, Any] | None:
     if pairs is None:
         return None
     return {
@@ -74,7 +75,7 @@ def _plain_ints(values: Any) -> list[int]:
     return list(values)
 
 
-def _encode_data_store(store: NamedDataStoreOutput | None) -> dict | None:
+def _encode_data_store(store: NamedDataStoreOutput | None) -> dict[str, Any] | None:
     if store is None:
         return None
     buffers = []
@@ -89,7 +90,7 @@ def _encode_data_store(store: NamedDataStoreOutput | None) -> dict | None:
     }
 
 
-def _decode_data_store(raw: dict | None) -> NamedDataStoreOutput | None:
+def _decode_data_store(raw: dict[str, Any] | None) -> NamedDataStoreOutput | None:
     if raw is None:
         return None
     return NamedDataStoreOutput(
@@ -99,27 +100,27 @@ def _decode_data_store(raw: dict | None) -> NamedDataStoreOutput | None:
     )
 
 
-def _encode_entries(entries: dict[str, DataEntry]) -> dict:
+def _encode_entries(entries: dict[str, DataEntry]) -> dict[str, Any]:
     return {
         key: [entry.buffer_index, entry.alignment, _encode_layout(entry.tensor_layout)]
         for key, entry in entries.items()
     }
 
 
-def _decode_entries(raw: dict) -> dict[str, DataEntry]:
+def _decode_entries(raw: dict[str, Any]) -> dict[str, DataEntry]:
     return {
         key: DataEntry(buffer_index=index, alignment=alignment, tensor_layout=_decode_layout(lay))
         for key, (index, alignment, lay) in raw.items()
     }
 
 
-def _encode_layout(layout: TensorLayout | None) -> list | None:
+def _encode_layout(layout: TensorLayout | None) -> list[Any] | None:
     if layout is None:
         return None
     return [int(layout.scalar_type), list(layout.sizes), list(layout.dim_order)]
 
 
-def _decode_layout(raw: list | None) -> TensorLayout | None:
+def _decode_layout(raw: list[Any] | None) -> TensorLayout | None:
     if raw is None:
         return None
     scalar_type, sizes, dim_order = raw

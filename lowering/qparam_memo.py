@@ -36,6 +36,10 @@ _OBSERVER_MODULES = ("torchao.quantization.pt2e.observer", "torch.ao.quantizatio
 Search = Callable[[Any], tuple[torch.Tensor, torch.Tensor]]
 
 
+# A tensor by content: dtype, device, shape and its bytes.
+TensorKey = tuple[str, str, tuple[int, ...], bytes]
+
+
 @dataclass(frozen=True)
 class SearchKeyDetails:
     """Every input of one histogram search; two keys differ iff some input does."""
@@ -49,9 +53,9 @@ class SearchKeyDetails:
     num_threads: int
     bins: int
     dst_nbins: int
-    histogram: tuple
-    min_val: tuple
-    max_val: tuple
+    histogram: TensorKey
+    min_val: TensorKey
+    max_val: TensorKey
 
     def digest(self) -> str:
         packed = msgpack.packb(dataclasses.astuple(self), use_bin_type=True)
@@ -147,7 +151,7 @@ def _torchao_version() -> str:
         return "none"
 
 
-def _tensor_key(tensor: torch.Tensor) -> tuple:
+def _tensor_key(tensor: torch.Tensor) -> TensorKey:
     return (str(tensor.dtype), str(tensor.device), tuple(tensor.shape), _tensor_bytes(tensor))
 
 
@@ -161,7 +165,8 @@ def _encode(tensors: tuple[torch.Tensor, ...]) -> bytes | None:
     if not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in tensors):
         return None
     plain = [[str(t.dtype), list(t.shape), _tensor_bytes(t)] for t in tensors]
-    return msgpack.packb({"tensors": plain}, use_bin_type=True)
+    packed: bytes = msgpack.packb({"tensors": plain}, use_bin_type=True)
+    return packed
 
 
 def _decode(payload: bytes) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from executorch.exir.backend.backend_details import PreprocessResult
 
@@ -78,7 +79,9 @@ _REBASERS: dict[str, Callable[[PreprocessResult, dict[int, int]], PreprocessResu
 REBASABLE_BACKENDS = frozenset(_REBASERS)
 
 
-def _rebase_handle_map(handle_map: dict | None, mapping: dict[int, int]) -> dict | None:
+def _rebase_handle_map(
+    handle_map: dict[int, Any] | None, mapping: dict[int, int]
+) -> dict[int, Any] | None:
     if not handle_map:
         return handle_map
     rebased = {}
@@ -143,4 +146,5 @@ def _field_position(data: bytes, table: int, slot: int) -> int | None:
 def _u32(data: bytes, position: int) -> int:
     if position + 4 > len(data):
         raise CannotRebase("offset past the end of the blob")
-    return struct.unpack_from("<I", data, position)[0]
+    value: int = struct.unpack_from("<I", data, position)[0]
+    return value

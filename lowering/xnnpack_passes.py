@@ -146,7 +146,7 @@ def _default_pipeline() -> list[str]:
     """The pass manager's default list, which must be the one the triggers were read from."""
     from executorch.backends.xnnpack._passes import XNNPACKPassManager
 
-    names = [p.__name__ for p in XNNPACKPassManager(None).passes]  # type: ignore[arg-type]
+    names = [p.__name__ for p in XNNPACKPassManager(None).passes]
     return names if tuple(names) == _PIPELINE else []
 
 
