@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lowerd.daemon.entry_site import entry_file
+from lowerd.daemon.ignored_folders import in_ignored_folder
 from lowerd.daemon.tasks import spawn
 from lowerd.daemon.workers import BuildHandle, BuildRequest, WorkerPool
 from lowerd.project.batch import failed_result
@@ -25,8 +26,6 @@ from lowerd.project.config import ProjectConfig, TargetConfig
 DEBOUNCE_SECONDS = 0.2
 # A burst that never pauses (a generator rewriting files for a while) still builds this often.
 MAX_DELAY_SECONDS = 2.0
-# Folders whose files no target reads as its source.
-IGNORED_PARTS = frozenset({".git", ".venv", "venv", "__pycache__", ".lowerd", "node_modules"})
 
 Stamp = tuple[int, int] | None  # (mtime_ns, size); None for a missing file
 
@@ -266,7 +265,7 @@ class Scheduler:
 
     def _is_project_source(self, path: Path) -> bool:
         assert self.config is not None
-        if IGNORED_PARTS & set(path.parts):
+        if in_ignored_folder(path):
             return False
         for folder in (self.config.out_dir, self.config.cache_dir):
             if folder is not None and path.is_relative_to(os.path.realpath(folder)):

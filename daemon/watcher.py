@@ -23,7 +23,7 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 
-from lowerd.daemon.scheduler import IGNORED_PARTS
+from lowerd.daemon.ignored_folders import in_ignored_folder
 
 # Opening or reading a file is no change; "closed" is a file closed after writing.
 _CHANGES = {
@@ -85,6 +85,6 @@ class ProjectWatcher(FileSystemEventHandler):
                 self._observer.schedule(self, str(path), recursive=True)
 
     def _ignored(self, path: Path) -> bool:
-        if IGNORED_PARTS & set(path.parts):
+        if in_ignored_folder(path):
             return True
         return any(path.is_relative_to(folder) for folder in self.ignore)
