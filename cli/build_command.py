@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lowerd.build_output import ProgressLine, print_outcome, progress_printer
 from lowerd.cache.store import BlobStore
-from lowerd.daemon.frames import HEADER_SIZE, FrameError, decode_payload, frame_length
+from lowerd.daemon.frames import FrameError, take_frame
 from lowerd.daemon.kill import kill_worker
 from lowerd.exit_codes import exit_code
 from lowerd.project.batch import Batch, TargetJson, failed_result
@@ -169,16 +169,14 @@ class _Worker:
         return True
 
     def _take_frames(self, progress: ProgressLine | None) -> None:
-        while len(self.received) >= HEADER_SIZE:
+        while True:
             try:
-                length = frame_length(self.received[:HEADER_SIZE])
-                if len(self.received) < HEADER_SIZE + length:
+                message = take_frame(self.received)
+                if message is None:
                     return
-                message = decode_payload(bytes(self.received[HEADER_SIZE : HEADER_SIZE + length]))
             except FrameError:
                 self.garbled = True
                 return
-            del self.received[: HEADER_SIZE + length]
             if message.get("type") == "result":
                 self.result = message.get("result")
             elif message.get("type") == "progress" and progress:

@@ -32,14 +32,14 @@ def write_frame(stream: BinaryIO, message: dict[str, Any]) -> None:
     stream.flush()
 
 
-def frame_length(header: bytes) -> int:
+def _frame_length(header: bytes) -> int:
     length = int.from_bytes(header, "big")
     if length > MAX_FRAME:
         raise FrameError(f"frame of {length} bytes exceeds {MAX_FRAME}")
     return length
 
 
-def decode_payload(payload: bytes) -> dict[str, Any]:
+def _decode_payload(payload: bytes) -> dict[str, Any]:
     try:
         message = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as error:
@@ -54,11 +54,11 @@ def read_frame(stream: BinaryIO) -> dict[str, Any] | None:
     header = stream.read(_LENGTH)
     if len(header) < _LENGTH:
         return None
-    length = frame_length(header)
+    length = _frame_length(header)
     payload = stream.read(length)
     if len(payload) < length:
         return None
-    return decode_payload(payload)
+    return _decode_payload(payload)
 
 
 async def read_frame_async(reader: asyncio.StreamReader) -> dict[str, Any] | None:
@@ -67,9 +67,19 @@ async def read_frame_async(reader: asyncio.StreamReader) -> dict[str, Any] | Non
 
     try:
         header = await reader.readexactly(_LENGTH)
-        return decode_payload(await reader.readexactly(frame_length(header)))
+        return _decode_payload(await reader.readexactly(_frame_length(header)))
     except asyncio.IncompleteReadError:
         return None
 
 
-HEADER_SIZE = _LENGTH
+def take_frame(buffer: bytearray) -> dict[str, Any] | None:
+    """The first message in buffer, taken out of it; None until buffer holds a whole frame. For a
+    reader of a non-blocking pipe, which appends to buffer whatever arrives."""
+    if len(buffer) < _LENGTH:
+        return None
+    length = _frame_length(bytes(buffer[:_LENGTH]))
+    if len(buffer) < _LENGTH + length:
+        return None
+    message = _decode_payload(bytes(buffer[_LENGTH : _LENGTH + length]))
+    del buffer[: _LENGTH + length]
+    return message
