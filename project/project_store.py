@@ -9,7 +9,8 @@ import os
 
 from lowerd.cache.location import DEFAULT_MAX_BYTES, default_cache_dir, parse_size
 from lowerd.cache.store import BlobStore
-from lowerd.project.config import ConfigError, ProjectConfig
+from lowerd.project.config import ProjectConfig
+from lowerd.project.errors import ConfigError
 
 
 def store_for(config: ProjectConfig | None) -> BlobStore:

@@ -10,6 +10,7 @@ import inspect
 import re
 import sys
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,7 +117,7 @@ class UserFiles:
                 return found
         return None
 
-    def _innermost(self, frames: list[tuple[str, int | None]]) -> SourceLine | None:
+    def _innermost(self, frames: Sequence[tuple[str, int | None]]) -> SourceLine | None:
         for file, line in reversed(frames):
             if line and self.owns(file):
                 return SourceLine(str(self._resolve(file)), line)

@@ -89,7 +89,8 @@ class KeyLocator:
         if self._peek() == '"':
             self._basic_string()
             # tomllib decodes the escapes exactly as it did for the data being checked.
-            return tomllib.loads(f"k = {self._text[start : self._pos]}")["k"]
+            key: str = tomllib.loads(f"k = {self._text[start : self._pos]}")["k"]
+            return key
         if self._peek() == "'":
             self._literal_string()
             return self._text[start + 1 : self._pos - 1]
