@@ -98,16 +98,18 @@ class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protoco
     ) -> None:
         error = result.get("error") or {}
         self.progress_bars.finished(build_id, error.get("kind") or "done")
+        # A superseded build shows nothing: the newer build of the target will. A current one's
+        # diagnostics go out before buildFinished, so that a client reacting to it finds them.
+        if current:
+            self.view.show_result(target, result)
+            if error.get("kind") in ("worker-crash", "worker-timeout"):
+                self.log_message(f"lowerd: {target}: {error.get('message')}", error=True)
+            self.publish()
         self.protocol.notify(
             BUILD_FINISHED, build_finished_params(target, build_id, result, current)
         )
-        if not current:
-            return  # superseded by a newer build of the target, which will say what to show
-        self.view.show_result(target, result)
-        if error.get("kind") in ("worker-crash", "worker-timeout"):
-            self.log_message(f"lowerd: {target}: {error.get('message')}", error=True)
-        self.publish()
-        self.refresh_code_lenses()
+        if current:
+            self.refresh_code_lenses()
 
     def log_message(self, message: str, error: bool = False) -> None:
         kind = types.MessageType.Error if error else types.MessageType.Info

@@ -483,6 +483,34 @@ async def test_an_error_shows_at_its_line(editor: Editor, line: str, code: str, 
     await editor.until("error gone", lambda: not editor.at("net.edit"))
 
 
+async def test_a_builds_diagnostics_come_before_its_build_finished(editor: Editor) -> None:
+    """A client that acts on lowerd/buildFinished (a status line, a test) finds the build's
+    diagnostics already published. A build that fails sends no partitioned report first, so
+    its error reaches the client with the result alone: what is checked is the order in which
+    the client received the two, not how long anything took."""
+    edited, original = editor.replace_line("net.edit", "x = = x")
+    since = len(editor.events)
+    editor.save("models/net.py", edited)
+    try:
+        finished = await editor.built("net", since)
+        assert finished["errorKind"] == "entry-error"
+        [at] = [i for i, e in enumerate(editor.events) if e[0] == "finished" and e[1] is finished]
+        _, line = editor.line("net.edit")
+        published_before = [
+            d
+            for e in editor.events[since:at]
+            if e[0] == "diagnostics" and e[1] == editor.uri("models/net.py")
+            for d in e[2]
+            if d.code == "entry-error" and d.range.start.line == line - 1
+        ]
+        assert published_before, f"buildFinished came first: {editor.events[since:]}"
+    finally:
+        since = len(editor.events)
+        editor.save("models/net.py", original)
+    assert (await editor.built("net", since))["status"] == "ok"
+    await editor.until("error gone", lambda: not editor.at("net.edit"))
+
+
 # What a worker prints must not reach the LSP client's pipe: this one would break the protocol.
 EXIT = 'print("Content-Length: 2", flush=True); import os; os._exit(1)'
 
