@@ -32,6 +32,8 @@ from lowerd.daemon.diagnostics import (
 )
 from lowerd.daemon.entry_site import entry_site
 from lowerd.daemon.session import ProjectSession, same_file
+from lowerd.project.report_model import MethodReport
+from lowerd.project.result import TargetResult
 
 BUILD = "lowerd.build"
 BUILD_ALL = "lowerd.buildAll"
@@ -57,17 +59,14 @@ class EditorView:
     def show_partitioned(self, target: str, method: str, report: dict[str, Any]) -> None:
         """A method's coverage as soon as it is partitioned, before preprocess and emission;
         the other methods keep the last good build's reports."""
-        last = self.shown.get(target) or {}
-        methods = dict(last.get("methods") or {}) if last.get("status") == "ok" else {}
-        methods[method] = report
-        self.shown[target] = {
-            "name": target,
-            "status": "ok",
-            "methods": methods,
-            "error": None,
-            "entry": last.get("entry"),
-            "modules": last.get("modules") or {},
-        }
+        last = self.shown.get(target)
+        shown = TargetResult.partitioned(
+            target,
+            method,
+            MethodReport.from_json(report),
+            TargetResult.from_json(last) if last is not None else None,
+        )
+        self.shown[target] = shown.to_json()
 
     def forget_removed_targets(self) -> None:
         """What a reloaded config no longer declares is shown no more."""
