@@ -456,7 +456,7 @@ PROFILE_BUCKETS = [
     ),
     Bucket("delegation report (method_report)", (("lowerd/lowering/report.py", "method_report"),)),
     Bucket("emit (to_executorch, buffer)", (("lowerd/lowering/build.py", "_emit"),)),
-    Bucket("write the .pte", (("lowerd/lowering/build.py", "write_atomic"),)),
+    Bucket("write the .pte", (("lowerd/cache/atomic.py", "write_atomic"),)),
     Bucket("record the build state", (("lowerd/lowering/build.py", "_record_state"),)),
 ]
 
