@@ -22,10 +22,12 @@ from lowerd.build_output import ProgressLine, print_outcome, progress_printer
 from lowerd.cache.store import BlobStore
 from lowerd.daemon.frames import FrameError, take_frame
 from lowerd.daemon.kill import kill_worker
+from lowerd.daemon.protocol import ProgressEvent, ProtocolError, ResultEvent, WorkerJob, parse_event
 from lowerd.exit_codes import exit_code
-from lowerd.project.batch import Batch, TargetJson, failed_result
+from lowerd.project.batch import Batch
 from lowerd.project.config import ProjectConfig, TargetConfig, find_config
 from lowerd.project.project_store import store_for
+from lowerd.project.result import TargetResult
 from lowerd.report_table import ReportView
 
 
@@ -82,11 +84,11 @@ def build_in_workers(
     use_cache: bool,
     jobs: int,
     progress: ProgressLine | None = None,
-) -> dict[str, TargetJson]:
+) -> dict[str, TargetResult]:
     """Each target's result, built in a forked worker, up to `jobs` at once."""
     waiting = deque(targets)
     running: dict[int, _Worker] = {}  # event pipe -> its worker
-    results: dict[str, TargetJson] = {}
+    results: dict[str, TargetResult] = {}
     with selectors.DefaultSelector() as selector:
         try:
             while waiting or running:
@@ -96,7 +98,8 @@ def build_in_workers(
                         worker = _Worker.fork(config, target, use_cache, config.timeout)
                     except OSError as error:  # no process to be had (EAGAIN, ENOMEM)
                         message = f"no build worker could be started: {error}"
-                        results[target.name] = failed_result(target.name, "worker-crash", message)
+                        failed = TargetResult.failed(target.name, "worker-crash", message)
+                        results[target.name] = failed
                         continue
                     running[worker.events] = worker
                     selector.register(worker.events, selectors.EVENT_READ)
@@ -122,7 +125,7 @@ class _Worker:
     pid: int
     events: int  # the read end of its event pipe
     received: bytearray = field(default_factory=bytearray)
-    result: TargetJson | None = None
+    result: TargetResult | None = None
     garbled: bool = False  # it wrote something that is not a frame: nothing after it counts
     timeout: float | None = None  # seconds, [tool.lowerd] timeout, as the daemon's workers have
     deadline: float | None = None  # time.monotonic() past which it is stopped
@@ -133,10 +136,10 @@ class _Worker:
     ) -> _Worker:
         from lowerd.daemon.forkserver import fork_worker
 
-        request = {"config": str(config.path), "target": target.name, "use_cache": use_cache}
+        job = WorkerJob(str(config.path), target.name, use_cache=use_cache)
         read_end, write_end = os.pipe()
         try:
-            pid = fork_worker(request, write_end)
+            pid = fork_worker(job, write_end)
         except OSError:
             os.close(read_end)
             raise
@@ -148,7 +151,7 @@ class _Worker:
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
-    def stop_at_timeout(self, config: ProjectConfig) -> TargetJson:
+    def stop_at_timeout(self, config: ProjectConfig) -> TargetResult:
         from lowerd.daemon.entry_site import failed_at_entry
         from lowerd.daemon.workers import timeout_message
 
@@ -174,15 +177,16 @@ class _Worker:
                 message = take_frame(self.received)
                 if message is None:
                     return
-            except FrameError:
+                event = parse_event(message)
+            except (FrameError, ProtocolError):
                 self.garbled = True
                 return
-            if message.get("type") == "result":
-                self.result = message.get("result")
-            elif message.get("type") == "progress" and progress:
-                progress(message["stage"], self.target.name, message.get("detail"))
+            if isinstance(event, ResultEvent):
+                self.result = event.result
+            elif isinstance(event, ProgressEvent) and progress:
+                progress(event.stage, self.target.name, event.detail)
 
-    def finish(self, config: ProjectConfig) -> TargetJson:
+    def finish(self, config: ProjectConfig) -> TargetResult:
         os.close(self.events)
         _, status = os.waitpid(self.pid, 0)
         if self.result is not None and not self.garbled:
@@ -201,7 +205,7 @@ def _until_first_deadline(workers: Iterable[_Worker]) -> float | None:
     return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
 
-def _crashed(config: ProjectConfig, target: TargetConfig, status: int) -> TargetJson:
+def _crashed(config: ProjectConfig, target: TargetConfig, status: int) -> TargetResult:
     """The worker ended without a result: shown at the entry function, found without running
     user code again."""
     from lowerd.daemon.entry_site import failed_at_entry

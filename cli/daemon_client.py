@@ -16,10 +16,21 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from lowerd.build_output import print_outcome, progress_printer
-from lowerd.daemon.frames import encode_frame, read_frame
+from lowerd.daemon.frames import FrameError, encode_frame, read_frame
+from lowerd.daemon.protocol import (
+    BuildCall,
+    FinalFrame,
+    ProgressFrame,
+    ProtocolError,
+    Reply,
+    Request,
+    StatusCall,
+    StatusFrame,
+    StopCall,
+    parse_reply,
+)
 from lowerd.daemon.runtime import (
     DaemonPaths,
     DaemonStatus,
@@ -38,8 +49,6 @@ from lowerd.report_table import ReportView
 START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 15.0
 POLL_SECONDS = 0.02
-
-Frame = dict[str, Any]
 
 
 class DaemonError(Exception):
@@ -90,13 +99,7 @@ def build_via_daemon(
         return EXIT_USAGE
     if status is None:
         return None  # none runs, none asked for: the plain in-process build, nothing to say
-    request = {
-        "op": "build",
-        "config": str(config.path),
-        "targets": list(target_names),
-        "use_cache": use_cache,
-        "jobs": jobs,
-    }
+    request = BuildCall(str(config.path), tuple(target_names), use_cache, jobs)
     progress = progress_printer()
     try:
         final = ask(status, request, _progress_shower(progress))
@@ -111,14 +114,15 @@ def build_via_daemon(
     finally:
         if progress:
             progress.clear()
-    if final.get("type") != "final":
-        print(f"lowerd: daemon refused the request: {final.get('message')}", file=sys.stderr)
+    if not isinstance(final, FinalFrame):
+        message = getattr(final, "message", f"a {type(final).__name__} instead of a build's end")
+        print(f"lowerd: daemon refused the request: {message}", file=sys.stderr)
         return EXIT_USAGE
-    if final["document"] is None:
-        print(f"lowerd: {final['message']}", file=sys.stderr)
+    if final.document is None:
+        print(f"lowerd: {final.message}", file=sys.stderr)
     else:
-        print_outcome(final["document"], as_json, time.perf_counter() - started, view)
-    return exit_code(final["outcome"])
+        print_outcome(final.document, as_json, time.perf_counter() - started, view)
+    return exit_code(final.outcome)
 
 
 def _in_process_instead(why: Exception) -> None:
@@ -128,10 +132,10 @@ def _in_process_instead(why: Exception) -> None:
     return None
 
 
-def _progress_shower(progress: Callable[..., None] | None) -> Callable[[Frame], None]:
-    def show(frame: Frame) -> None:
-        if progress and frame.get("type") == "progress":
-            progress(frame["stage"], frame["target"], frame.get("detail"))
+def _progress_shower(progress: Callable[..., None] | None) -> Callable[[ProgressFrame], None]:
+    def show(frame: ProgressFrame) -> None:
+        if progress:
+            progress(frame.stage, frame.target, frame.detail)
 
     return show
 
@@ -184,7 +188,7 @@ def start_daemon(paths: DaemonPaths, config: ProjectConfig) -> DaemonStatus:
 def stop_daemon(paths: DaemonPaths, status: DaemonStatus) -> None:
     """Ask the daemon to stop and wait for it to be gone; kill it if it does not go."""
     try:
-        ask(status, {"op": "stop"})
+        ask(status, StopCall())
     except DaemonError:
         pass  # not answering: it is killed below
     deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
@@ -199,9 +203,12 @@ def stop_daemon(paths: DaemonPaths, status: DaemonStatus) -> None:
 
 
 def ask(
-    status: DaemonStatus, request: Frame, on_frame: Callable[[Frame], None] = lambda _: None
-) -> Frame:
-    """Send one request; pass the streamed frames on; return the last one (final, status, ...).
+    status: DaemonStatus,
+    request: Request,
+    on_frame: Callable[[ProgressFrame], None] = lambda _: None,
+) -> Reply:
+    """Send one request; pass the streamed progress frames on; return the last reply (final,
+    status, ...). A frame no daemon sends is a DaemonError.
 
     A KeyboardInterrupt closes the socket on its way out, which cancels the request's builds.
     """
@@ -213,12 +220,18 @@ def ask(
             raise DaemonUnreachable(message) from None
         if peer_uid(connection) != os.geteuid():
             raise DaemonUnreachable(f"the socket {status.socket} is another user's")
-        connection.sendall(encode_frame(request))
+        connection.sendall(encode_frame(request.to_frame()))
         with connection.makefile("rb") as replies:
-            while (frame := read_frame(replies)) is not None:
-                if frame.get("type") != "progress":
-                    return frame
-                on_frame(frame)
+            try:
+                while (frame := read_frame(replies)) is not None:
+                    reply = parse_reply(frame)
+                    if not isinstance(reply, ProgressFrame):
+                        return reply
+                    on_frame(reply)
+            except (FrameError, ProtocolError) as error:
+                raise DaemonError(
+                    f"the daemon (pid {status.pid}) answered garbage: {error}"
+                ) from None
     raise DaemonError(
         f"the daemon (pid {status.pid}) went away before answering"
         + (f"; its log: {status.log}" if status.log else "")
@@ -282,9 +295,10 @@ def _status(paths: DaemonPaths, config: ProjectConfig) -> int:
     if status is None:
         print(f"no daemon serves {config.root}")
         return EXIT_TARGET_FAILED
-    reply = ask(status, {"op": "status"})
-    if reply.get("type") != "status":
-        raise DaemonError(f"the daemon did not tell its status: {reply.get('message')}")
+    reply = ask(status, StatusCall())
+    if not isinstance(reply, StatusFrame):
+        message = getattr(reply, "message", type(reply).__name__)
+        raise DaemonError(f"the daemon did not tell its status: {message}")
     up = time.time() - status.started
     print(f"daemon {status.pid} serves {status.root} ({status.kind}, up {up:.0f} s)")
     print(f"  socket: {status.socket}")
@@ -292,11 +306,11 @@ def _status(paths: DaemonPaths, config: ProjectConfig) -> int:
         print(f"  log:    {status.log}")
     if why := status.mismatch(config):
         print(f"  stale:  {why}; the next lowerd build restarts it")
-    for build in reply["builds"]:
-        print(f"  building {build['target']} (pid {build['pid']}, {build['seconds']} s)")
-    for peak in reply.get("peaks", []):
-        if peak["config"] == str(config.path):
-            print(f"  {peak['target']}: last build peaked at {peak['bytes'] / 2**20:.0f} MiB RSS")
+    for build in reply.builds:
+        print(f"  building {build.target} (pid {build.pid}, {build.seconds} s)")
+    for peak in reply.peaks:
+        if peak.config == str(config.path):
+            print(f"  {peak.target}: last build peaked at {peak.bytes / 2**20:.0f} MiB RSS")
     return EXIT_OK
 
 

@@ -15,11 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lowerd.daemon.protocol import (
+    PeakInfo,
+    PeakRssEvent,
+    ProgressEvent,
+    ProgressFrame,
+    RunningBuildInfo,
+    WorkerEvent,
+)
 from lowerd.daemon.workers import BuildHandle, BuildRequest, WorkerPool
-from lowerd.project.batch import Batch, TargetJson
+from lowerd.project.batch import Batch, Outcome
 from lowerd.project.config import TargetConfig
+from lowerd.project.result import TargetResult
 
-Frame = dict[str, Any]
+# What a build request streams to its client while it runs (daemon/protocol.py).
+Frame = ProgressFrame
 SendFrame = Callable[[Frame], None]
 TargetKey = tuple[str, str]  # (config path, target name)
 
@@ -51,8 +61,9 @@ class BuildService:
         use_cache: bool,
         jobs: int,
         send: SendFrame,
-    ) -> tuple[dict[str, Any], int]:
-        """The document and exit code; ConfigError when the config or a target name is wrong.
+    ) -> tuple[dict[str, Any], Outcome]:
+        """The document and how the build ended; ConfigError when the config or a target name
+        is wrong.
 
         Cancelling it (the client went away) cancels its builds: their workers are killed.
         """
@@ -61,28 +72,28 @@ class BuildService:
         await self._build_stale(batch, max(1, jobs), send)
         return await asyncio.to_thread(batch.outcome)
 
-    def builds(self) -> list[dict[str, Any]]:
+    def builds(self) -> list[RunningBuildInfo]:
         now = time.monotonic()
         return [
-            {
-                "target": build.handle.request.target,
-                "config": build.handle.request.config_path,
-                "pid": build.handle.pid,
-                "seconds": round(now - build.started, 1),
-            }
+            RunningBuildInfo(
+                target=build.handle.request.target,
+                config=build.handle.request.config_path,
+                pid=build.handle.pid,
+                seconds=round(now - build.started, 1),
+            )
             for build in self.running.values()
         ]
 
-    def peaks(self) -> list[dict[str, Any]]:
+    def peaks(self) -> list[PeakInfo]:
         """Each target's peak RSS in its last build: what admission reckons it will need."""
         return [
-            {"config": config, "target": target, "bytes": peak}
+            PeakInfo(config, target, peak)
             for (config, target), peak in sorted(self.peak_rss.items())
         ]
 
     async def _build_stale(self, batch: Batch, jobs: int, send: SendFrame) -> None:
         pending = batch.stale
-        running: dict[asyncio.Task, str] = {}
+        running: dict[asyncio.Task[TargetResult], str] = {}
         try:
             while pending or running:
                 while pending and len(running) < jobs and self._memory_admits(batch, pending[0]):
@@ -119,7 +130,7 @@ class BuildService:
 
     async def _build_target(
         self, batch: Batch, target: TargetConfig, send: SendFrame
-    ) -> TargetJson:
+    ) -> TargetResult:
         key = (str(batch.config.path), target.name)
         lock = self._target_locks.setdefault(key, asyncio.Lock())
         waited = lock.locked()
@@ -144,18 +155,11 @@ class BuildService:
             finally:
                 del self.running[handle.build_id]
 
-    def _on_event(self, key: TargetKey, event: dict[str, Any], send: SendFrame) -> None:
-        if event.get("type") == "peak_rss":
-            self.peak_rss[key] = int(event["bytes"])
-        elif event.get("type") == "progress":
-            send(
-                {
-                    "type": "progress",
-                    "target": key[1],
-                    "stage": event.get("stage"),
-                    "detail": event.get("detail"),
-                }
-            )
+    def _on_event(self, key: TargetKey, event: WorkerEvent, send: SendFrame) -> None:
+        if isinstance(event, PeakRssEvent):
+            self.peak_rss[key] = event.bytes
+        elif isinstance(event, ProgressEvent):
+            send(ProgressFrame(key[1], event.stage, event.detail))
 
 
 def mem_available() -> int | None:

@@ -1,8 +1,10 @@
 """What the editor shows for a build result: diagnostics per file, code lens titles, hover text.
 
-Pure functions of the build result JSON (lowerd.lowering.build.TargetResult.to_json(), whose
+Pure functions of the build result JSON (lowerd.project.result.TargetResult.to_json(), whose
 files are relative to the project root) and of the source lines they point at. No LSP I/O and
-no torch: the server decides when to publish, this module decides what.
+no torch: the server decides when to publish, this module decides what. The coverage sentence,
+its percent and the fixes hint are the report's own (`summary`, `coverage_percent`,
+`fixes_hint`: project/report_model.py coverage_of): shown here, never computed.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
+from lowerd.daemon.entry_site import Site
+from lowerd.daemon.settings import Severity
 from lowerd.project.module_paths import collapse_module_paths
-from lowerd.project.report_model import coverage_percent
 
 SOURCE = "lowerd"
 NOT_DELEGATED = "not-delegated"
@@ -33,12 +36,8 @@ MAX_LISTED = 3
 MAX_REASON = 120
 # Library lines a warning links to (relatedInformation), most costly first.
 MAX_RELATED = 10
-# When leaving the fewest partitions takes more fixes than this, the lens also says what the
-# first ones do.
-EARLY_FIXES = 5
 
-Severity = Literal["warning", "information", "hint"]
-SEVERITIES: dict[str, types.DiagnosticSeverity] = {
+SEVERITIES: dict[Severity, types.DiagnosticSeverity] = {
     "warning": types.DiagnosticSeverity.Warning,
     "information": types.DiagnosticSeverity.Information,
     "hint": types.DiagnosticSeverity.Hint,
@@ -55,14 +54,6 @@ _CACHE_WORDS = {
     "uncached": "not cached",
     None: "not preprocessed yet",
 }
-
-
-@dataclass(frozen=True)
-class Site:
-    """A 1-based line in a file; the file is absolute."""
-
-    path: Path
-    line: int
 
 
 def read_lines_from_disk(path: Path) -> Sequence[str]:
@@ -389,22 +380,8 @@ def _short_class(name: str) -> str:
 
 
 def coverage_summary(method: str, report: Mapping[str, Any]) -> str:
-    """ "forward: 231 of 271 ops on XNNPACK in 42 partitions (85 %)"."""
-    ops, delegated = report.get("ops", 0), report.get("ops_delegated", 0)
-    percent = coverage_percent(delegated, ops)
-    backends = [
-        (name, totals.get("ops", 0), totals.get("partitions", 0))
-        for name, totals in (report.get("backends") or {}).items()
-        if totals.get("ops")
-    ]
-    if len(backends) == 1:
-        name, _, partitions = backends[0]
-        where = f"on {name} in {_plural(partitions, 'partition')}"
-        return f"{method}: {delegated} of {ops} ops {where} ({percent} %)"
-    if not backends:
-        return f"{method}: 0 of {ops} ops delegated (0 %)"
-    each = ", ".join(f"{n} on {name} in {_plural(p, 'partition')}" for name, n, p in backends)
-    return f"{method}: {delegated} of {ops} ops delegated ({each}; {percent} %)"
+    """ "forward: 231 of 271 ops on XNNPACK in 42 partitions (85 %)": the report's summary."""
+    return f"{method}: {report['summary']}"
 
 
 def _plural(count: int, noun: str) -> str:
@@ -432,46 +409,10 @@ def lens_title(result: Mapping[str, Any] | None, building: bool) -> str:
 
 
 def fixes_hint(report: Mapping[str, Any]) -> str | None:
-    """ "3 fixes would make this 1 partition": how many of the top refusal groups (in the
-    report's order) must be delegated to leave the fewest partitions; when that takes more than
-    EARLY_FIXES, also the best the first EARLY_FIXES do ("4 fixes would make this 6 partitions,
-    34 would make 1"). From the lowering's own count (`partitions_if_fixed`: partitions left
-    after fixing the top 1, 2, … groups) when the report has it, else estimated from the groups'
-    partition boundaries. None when no fix would merge partitions."""
-    current = partition_count(report)
-    after = partitions_after_fixes(report, current)
-    if current <= 1 or not after or min(after) >= current:
-        return None
-    fewest = min(after)
-    fixes = after.index(fewest) + 1
-    hint = f"{_fixes(fixes)} would make this {_plural(fewest, 'partition')}"
-    early = min(after[:EARLY_FIXES])
-    if fixes > EARLY_FIXES and early < current:
-        first = after.index(early) + 1
-        hint = f"{_fixes(first)} would make this {_plural(early, 'partition')}, {fixes} would "
-        hint += f"make {fewest}"
-    return hint
-
-
-def partitions_after_fixes(report: Mapping[str, Any], current: int) -> list[int]:
-    """Partitions left after fixing the top 1, 2, … refusal groups: the report's count, else
-    each group's boundaries taken off in turn."""
-    counted = report.get("partitions_if_fixed")
-    if isinstance(counted, list) and all(isinstance(n, int) for n in counted):
-        return list(counted)
-    after, left = [], current
-    for group in report.get("refusals") or []:
-        left = max(1, left - (group.get("boundaries") or 0))
-        after.append(left)
-    return after
-
-
-def _fixes(count: int) -> str:
-    return f"{count} fix" if count == 1 else f"{count} fixes"
-
-
-def partition_count(report: Mapping[str, Any]) -> int:
-    return sum(totals.get("partitions") or 0 for totals in (report.get("backends") or {}).values())
+    """ "3 fixes would make this 1 partition": the report's own hint (None: no fix would merge
+    partitions)."""
+    hint = report.get("fixes_hint")
+    return str(hint) if hint else None
 
 
 # Hover ---------------------------------------------------------------------------------------

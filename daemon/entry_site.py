@@ -7,13 +7,21 @@ The daemon must not run user code (nor import torch) to find it, so the file is 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
-from lowerd.daemon.diagnostics import Site
-from lowerd.project.batch import TargetJson, failed_result
 from lowerd.project.config import ProjectConfig, TargetConfig, load_config
 from lowerd.project.errors import ConfigError
+from lowerd.project.result import TargetResult
 from lowerd.project.source_map import UserFiles
+
+
+@dataclass(frozen=True)
+class Site:
+    """A 1-based line in a file; the file is absolute."""
+
+    path: Path
+    line: int
 
 
 def entry_site(config: ProjectConfig, target: TargetConfig) -> Site:
@@ -62,14 +70,14 @@ def _defines(node: ast.AST, name: str) -> bool:
 
 def failed_at_entry(
     config: ProjectConfig | Path, target_name: str, kind: str, message: str
-) -> TargetJson:
+) -> TargetResult:
     """The result of a build that ended without one (a crash, a timeout), at the entry function:
     the same place on every path, in-process or through the daemon."""
     try:
         config = config if isinstance(config, ProjectConfig) else load_config(config)
         target = config.targets[target_name]
     except (ConfigError, KeyError):  # the config changed under the build: no place to point at
-        return failed_result(target_name, kind, message)
+        return TargetResult.failed(target_name, kind, message)
     site = entry_site(config, target)
     file = UserFiles(config.root).display(site.path)
-    return failed_result(target_name, kind, message, file, site.line)
+    return TargetResult.failed(target_name, kind, message, file, site.line)

@@ -7,10 +7,11 @@ events straight to the daemon. A worker imports the user's modules into a fresh 
 importlib.reload, and no state left over from the previous build. The fork server itself never
 runs user code.
 
-messages in:  {"op": "build", "id", "config", "target", "memory_limit", "use_cache"} + pipe fd
-messages out: {"op": "ready"}, {"op": "started", "id", "pid"}, {"op": "exited", "id", "status"}
-worker events (on the pipe): {"type": "progress", "stage", "detail"}, {"type": "partitioned",
-"method", "report"}, {"type": "peak_rss", "bytes"}, then {"type": "result", "result"}
+messages in:  {"op": "build", ...} (protocol.WorkerJob) + pipe fd, {"op": "preload", "modules"}
+messages out: {"op": "ready"}, {"op": "started", "id", "pid"}, {"op": "exited", "id", "status"},
+              {"op": "preloaded", "imported", "cold", "tainted"}
+worker events (on the pipe, daemon/protocol.py): progress..., partitioned..., libraries,
+peak_rss, then the result
 """
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ import msgpack
 from lowerd.daemon.frames import write_frame
 from lowerd.daemon.kill import kill_worker
 from lowerd.daemon.libraries import imported_libraries
+from lowerd.daemon.protocol import (
+    LibrariesEvent,
+    PartitionedEvent,
+    PeakRssEvent,
+    ProgressEvent,
+    ResultEvent,
+    WorkerEvent,
+    WorkerJob,
+)
+from lowerd.project.result import ErrorInfo, TargetResult
 
 MAX_MESSAGE = 64 * 1024
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -156,9 +167,10 @@ def _serve(channel: socket.socket) -> None:
             return
         request = msgpack.unpackb(data, raw=False)
         if request.get("op") == "build" and fds:
-            pid = _fork_worker(channel, request, fds[0])
-            running[pid] = request["id"]
-            _send(channel, {"op": "started", "id": request["id"], "pid": pid})
+            job = WorkerJob.from_frame(request)
+            pid = fork_worker(job, fds[0], inherited=channel)
+            running[pid] = job.id
+            _send(channel, {"op": "started", "id": job.id, "pid": pid})
         elif request.get("op") == "preload":
             _send(channel, {"op": "preloaded", **_import_libraries(request.get("modules", []))})
         for fd in fds:
@@ -278,12 +290,8 @@ def _reap(channel: socket.socket, running: dict[int, int]) -> None:
             _send(channel, {"op": "exited", "id": build_id, "status": status})
 
 
-def _fork_worker(channel: socket.socket, request: dict[str, Any], fd: int) -> int:
-    return fork_worker(request, fd, inherited=channel)
-
-
-def fork_worker(request: dict[str, Any], fd: int, inherited: socket.socket | None = None) -> int:
-    """Fork a worker that builds `request`'s target and writes its events, then its result, as
+def fork_worker(job: WorkerJob, fd: int, inherited: socket.socket | None = None) -> int:
+    """Fork a worker that builds `job`'s target and writes its events, then its result, as
     frames to `fd`; the worker's pid. Also how an in-process `lowerd build` runs each target, so
     that user code which exits or crashes ends only its worker."""
     _flush_output()  # else the worker writes the parent's buffered output a second time
@@ -299,11 +307,11 @@ def fork_worker(request: dict[str, Any], fd: int, inherited: socket.socket | Non
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         _user_stdout_to_stderr()
         _route_library_logs()
-        if request.get("memory_limit"):
-            limit = int(request["memory_limit"])
+        if job.memory_limit:
+            limit = int(job.memory_limit)
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         with os.fdopen(fd, "wb") as events:
-            _build(request, events)
+            _build(job, events)
         code = 0
     except BaseException:
         traceback.print_exc()
@@ -341,57 +349,54 @@ def _flush_output() -> None:
         pass
 
 
-def _build(request: dict[str, Any], events: Any) -> None:
+def _build(job: WorkerJob, events: Any) -> None:
     from lowerd.lowering.build import build_target
     from lowerd.project.config import load_config
     from lowerd.project.errors import LowerdError
     from lowerd.project.project_store import store_for
+    from lowerd.project.report_model import MethodReport
+
+    def send(event: WorkerEvent) -> None:
+        write_frame(events, event.to_frame())
 
     def progress(stage: str, target: str, detail: str | None) -> None:
-        write_frame(events, {"type": "progress", "stage": stage, "detail": detail})
+        send(ProgressEvent(stage, detail))
 
-    def partitioned(method: str, report: Any) -> None:
-        write_frame(events, {"type": "partitioned", "method": method, "report": report.to_json()})
+    def partitioned(method: str, report: MethodReport) -> None:
+        send(PartitionedEvent(method, report))
 
     try:
-        config = load_config(Path(request["config"])).with_backends(
-            tuple(request["backends"]) if request.get("backends") else None
-        )
-        target = config.targets[request["target"]]
-        store = store_for(config) if request.get("use_cache", True) else None
+        config = load_config(Path(job.config)).with_backends(job.backends)
+        target = config.targets[job.target]
+        store = store_for(config) if job.use_cache else None
     except (LowerdError, KeyError) as error:
-        write_frame(events, {"type": "result", "result": _config_failure(request, error)})
+        send(ResultEvent(_config_failure(job, error)))
         return
     os.chdir(config.root)  # entries open files relative to their project, as scripts do
     sys.argv = [str(config.path)]
-    reuse = request.get("use_cache", True)  # --no-cache skips the kept-.pte shortcut too
+    reuse = job.use_cache  # --no-cache skips the kept-.pte shortcut too
     modules_before = set(sys.modules)
     result = build_target(config, target, store, progress, reuse=reuse, on_partitioned=partitioned)
-    if request.get("warm_libraries") and config.warm_libraries:  # for the server's next forks
-        libraries = imported_libraries(modules_before, config.root)
-        write_frame(events, {"type": "libraries", "modules": libraries})
+    if job.warm_libraries and config.warm_libraries:  # for the server's next forks
+        send(LibrariesEvent(tuple(imported_libraries(modules_before, config.root))))
     # Before the result, so the daemon has it when the build ends: it decides whether a later
     # build of this target fits in the memory that is free while others run.
-    write_frame(events, {"type": "peak_rss", "bytes": _peak_rss()})
-    write_frame(events, {"type": "result", "result": _out_of_memory(result.to_json(), request)})
+    send(PeakRssEvent(_peak_rss()))
+    send(ResultEvent(_out_of_memory(result, job.memory_limit)))
 
 
-def _out_of_memory(result: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+def _out_of_memory(result: TargetResult, limit: int | None) -> TargetResult:
     """A MemoryError under the worker's limit is the limit's doing, not the line that happened
     to allocate: report it like a worker ended for its memory, at the entry."""
-    error = result.get("error") or {}
-    limit = request.get("memory_limit")
-    if not limit or not error or not _hit_memory_limit(error.get("message", ""), limit):
+    error = result.error
+    if not limit or error is None or not _hit_memory_limit(error.message, limit):
         return result
-    where = f" (at {error['file']}:{error['line']})" if error.get("file") else ""
+    where = f" (at {error.file}:{error.line})" if error.file else ""
     message = (
         f"the build worker ran out of memory: memory limit {limit // 2**20} MiB "
-        f"reached{where} while: {error['message']}"
+        f"reached{where} while: {error.message}"
     )
-    return {
-        **result,
-        "error": {"kind": "worker-crash", "message": message, "file": None, "line": None},
-    }
+    return result.with_error(ErrorInfo("worker-crash", message))
 
 
 # How an allocation's failure reads in Python, torch's allocator and C++.
@@ -431,17 +436,14 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _config_failure(request: dict[str, Any], error: Exception) -> dict[str, Any]:
-    from lowerd.project.batch import failed_result
+def _config_failure(job: WorkerJob, error: Exception) -> TargetResult:
     from lowerd.project.errors import LowerdError
 
     if isinstance(error, LowerdError):
-        details = error.to_json()
-        return failed_result(
-            request["target"], details["kind"], details["message"], details["file"], details["line"]
-        )
-    message = f"no target {request['target']!r} in {request['config']}"
-    return failed_result(request["target"], "config-error", message, request["config"])
+        info = error.info()
+        return TargetResult.failed(job.target, info.kind, info.message, info.file, info.line)
+    message = f"no target {job.target!r} in {job.config}"
+    return TargetResult.failed(job.target, "config-error", message, job.config)
 
 
 def _send(channel: socket.socket, message: dict[str, Any]) -> None:

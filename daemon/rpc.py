@@ -5,11 +5,11 @@ or the editor's language server's, so that CLI clients and the editor share one 
 project root, its warm workers and what it knows.
 
 The wire is length-prefixed msgpack frames (daemon/frames.py), never pickle; one request per
-connection:
+connection, each request and reply typed in daemon/protocol.py:
 
     build   {"op": "build", "config": str, "targets": [str], "use_cache": bool, "jobs": int >= 1}
             -> {"type": "progress", "target", "stage", "detail"}...
-            -> {"type": "final", "document", "outcome", "message"}
+            -> {"type": "final", "document", "outcome": "ok"|"target_failed"|"usage", "message"}
     status  {"op": "status"} -> {"type": "status", "status", "builds", "peaks"}
     stop    {"op": "stop"}   -> {"type": "stopping"}
     refused, malformed or unknown -> {"type": "error", "message"}
@@ -31,11 +31,23 @@ import logging
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
-from lowerd.daemon.build_service import BuildService, Frame
+from lowerd.daemon.build_service import BuildService
 from lowerd.daemon.frames import FrameError, encode_frame, read_frame_async
+from lowerd.daemon.protocol import (
+    BuildCall,
+    ErrorFrame,
+    FinalFrame,
+    ProgressFrame,
+    Reply,
+    Request,
+    StatusCall,
+    StatusFrame,
+    StopCall,
+    StoppingFrame,
+)
 from lowerd.daemon.runtime import (
     DaemonPaths,
     DaemonStatus,
@@ -45,6 +57,7 @@ from lowerd.daemon.runtime import (
     remove_files,
     write_status,
 )
+from lowerd.project.batch import Outcome
 from lowerd.project.config import ProjectConfig
 from lowerd.project.errors import ConfigError, LowerdError
 
@@ -59,27 +72,10 @@ class RequestError(Exception):
     """A request the daemon does not act on; the message names the field that is wrong."""
 
 
-@dataclass(frozen=True)
-class BuildCall:
-    """A client's `lowerd build`, every field checked."""
-
-    config: str  # the project's pyproject.toml
-    targets: tuple[str, ...] = ()  # none: all of them
-    use_cache: bool = True
-    jobs: int = 1
-
-
-@dataclass(frozen=True)
-class Call:
-    """A request without fields: "status" or "stop"."""
-
-    op: str
-
-
 _BUILD_FIELDS = frozenset({"op", "config", "targets", "use_cache", "jobs"})
 
 
-def parse_request(frame: dict[str, Any]) -> BuildCall | Call:
+def parse_request(frame: dict[str, Any]) -> Request:
     """The request a decoded frame makes; RequestError naming the field when it makes none."""
     op = frame.get("op")
     if op == "build":
@@ -94,7 +90,7 @@ def parse_request(frame: dict[str, Any]) -> BuildCall | Call:
         )
     if op in ("status", "stop"):
         _only_fields(frame, frozenset({"op"}))
-        return Call(op)
+        return StatusCall() if op == "status" else StopCall()
     raise RequestError(f"op: unknown request {_shown(op)}; expected build, status or stop")
 
 
@@ -199,7 +195,7 @@ class RpcServer:
             log.exception("a request failed")
             with contextlib.suppress(Exception):
                 message = f"the daemon failed: {type(error).__name__}: {error}"
-                await _reply(writer, {"type": "error", "message": message})
+                await _reply(writer, ErrorFrame(message))
         finally:
             self._clients.discard(task)
             writer.close()
@@ -221,23 +217,23 @@ class RpcServer:
             return
         if isinstance(request, BuildCall):
             await self._build(request, reader, writer)
-        elif request.op == "status":
-            status = {"type": "status", "status": asdict(self.status)}
-            peaks, builds = self.service.peaks(), self.service.builds()
-            await _reply(writer, {**status, "builds": builds, "peaks": peaks})
+        elif isinstance(request, StatusCall):
+            status = asdict(self.status) if self.status is not None else {}
+            builds, peaks = tuple(self.service.builds()), tuple(self.service.peaks())
+            await _reply(writer, StatusFrame(status, builds, peaks))
         elif self.kind == "headless":  # stop
-            await _reply(writer, {"type": "stopping"})
+            await _reply(writer, StoppingFrame())
             self.on_stop()
         else:
             message = "this daemon is an editor's language server: it ends with the editor"
-            await _reply(writer, {"type": "error", "message": message})
+            await _reply(writer, ErrorFrame(message))
 
     async def _build(
         self, request: BuildCall, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        def send(frame: Frame) -> None:
+        def send(frame: ProgressFrame) -> None:
             if not writer.is_closing():
-                writer.write(encode_frame(frame))
+                writer.write(encode_frame(frame.to_frame()))
 
         build = asyncio.create_task(
             self.service.build(
@@ -257,23 +253,23 @@ class RpcServer:
         await _reply(writer, _final_frame(build))
 
 
-def _final_frame(build: asyncio.Task) -> Frame:
+def _final_frame(build: asyncio.Task[tuple[dict[str, Any], Outcome]]) -> FinalFrame:
     """What the client prints and exits with: the document, or the error main() would print."""
     try:
         document, outcome = build.result()
-        return {"type": "final", "document": document, "outcome": outcome, "message": None}
+        return FinalFrame(document, outcome)
     except ConfigError as error:
-        return {"type": "final", "document": None, "outcome": "usage", "message": str(error)}
+        return FinalFrame(None, "usage", str(error))
     except LowerdError as error:
         message = str(error)
     except Exception as error:  # the daemon outlives any failure of one request
         log.exception("build request failed")
         message = f"the daemon failed: {type(error).__name__}: {error}"
-    return {"type": "final", "document": None, "outcome": "target_failed", "message": message}
+    return FinalFrame(None, "target_failed", message)
 
 
-async def _reply(writer: asyncio.StreamWriter, frame: Frame) -> None:
-    writer.write(encode_frame(frame))
+async def _reply(writer: asyncio.StreamWriter, frame: Reply) -> None:
+    writer.write(encode_frame(frame.to_frame()))
     await writer.drain()
 
 
@@ -281,7 +277,7 @@ async def _refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, me
     """Answer with an error frame. What else the client sent is read and dropped unparsed:
     closing on unread data would reset the connection, and the client would see a broken pipe
     instead of the reason."""
-    await _reply(writer, {"type": "error", "message": message})
+    await _reply(writer, ErrorFrame(message))
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(_until_closed(reader), REFUSED_LINGER_SECONDS)
 

@@ -3,7 +3,9 @@ at a time, and a newer change cancelling the target's stale build.
 
 Runs on the server's event loop; the watcher hands it changes thread-safely. Builds go to the
 WorkerPool; results go to a BuildListener (the server), and only the current build of a target is
-ever reported as its result: a superseded build's result is reported as not current.
+ever reported as its result: a superseded build's result is reported as not current. Results are
+TargetResults here; the listener and `results` get their JSON (project/result.py), the shape the
+editor's payloads carry, and worker events their frames (daemon/protocol.py).
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from typing import Any, Protocol
 
 from lowerd.daemon.entry_site import entry_file
 from lowerd.daemon.ignored_folders import in_ignored_folder
+from lowerd.daemon.protocol import WorkerEvent
 from lowerd.daemon.tasks import spawn
 from lowerd.daemon.workers import BuildHandle, BuildRequest, WorkerPool
-from lowerd.project.batch import failed_result
 from lowerd.project.build_state import discard_failed_output, load_state, up_to_date_report
 from lowerd.project.config import ProjectConfig, TargetConfig
+from lowerd.project.result import TargetResult
 
 DEBOUNCE_SECONDS = 0.2
 # A burst that never pauses (a generator rewriting files for a while) still builds this often.
@@ -181,9 +184,9 @@ class Scheduler:
     def _start(self, name: str) -> None:
         assert self.config is not None
         target = self.config.targets[name]
-        report = self._up_to_date(target)
-        if report is not None:
-            self._finish(name, None, {**report, "name": name}, current=True)
+        result = self._up_to_date(target)
+        if result is not None:
+            self._finish(name, None, result, current=True)
             return
         build = _Build(name)
         self._targets[name].running = build
@@ -193,7 +196,7 @@ class Scheduler:
         self.listener.build_started(name, build.handle.build_id)
         spawn(self._await_result(build))
 
-    def _up_to_date(self, target: TargetConfig) -> dict[str, Any] | None:
+    def _up_to_date(self, target: TargetConfig) -> TargetResult | None:
         """The last build's report if nothing it read or wrote changed since: torch-free and
         quick, so a save that changes nothing (or reverts an edit) costs no worker."""
         assert self.config is not None
@@ -202,32 +205,30 @@ class Scheduler:
         except OSError:  # a recorded file vanished mid-check: build to find out
             return None
 
-    def _event(self, build: _Build, event: dict[str, Any]) -> None:
+    def _event(self, build: _Build, event: WorkerEvent) -> None:
         if build.handle is not None and self._is_current(build):
-            self.listener.build_event(build.target, build.handle.build_id, event)
+            self.listener.build_event(build.target, build.handle.build_id, event.to_frame())
 
     async def _await_result(self, build: _Build) -> None:
         assert build.handle is not None
         try:
             result = await build.handle.result()
         except Exception as error:  # the pool promises a result; the daemon outlives a broken one
-            result = failed_result(
-                build.target, "worker-crash", f"the build worker failed: {error}"
-            )
+            message = f"the build worker failed: {error}"
+            result = TargetResult.failed(build.target, "worker-crash", message)
         current = self._is_current(build)
         if current:
             self._targets[build.target].running = None
         self._finish(build.target, build.handle.build_id, result, current)
 
-    def _finish(
-        self, name: str, build_id: int | None, result: dict[str, Any], current: bool
-    ) -> None:
+    def _finish(self, name: str, build_id: int | None, result: TargetResult, current: bool) -> None:
+        payload = result.to_json()
         if current:
-            self.results[name] = result
+            self.results[name] = payload
             if self.config is not None:
                 discard_failed_output(self.config, result)
         try:
-            self.listener.build_finished(name, build_id, result, current)
+            self.listener.build_finished(name, build_id, payload, current)
         finally:  # whoever awaits the target hears of it even if showing the result failed
             if current:
                 self._set_idle(name)

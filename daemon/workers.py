@@ -19,7 +19,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import msgpack
 
@@ -27,10 +26,18 @@ from lowerd.daemon.entry_site import failed_at_entry
 from lowerd.daemon.frames import FrameError, read_frame_async
 from lowerd.daemon.kill import kill_worker
 from lowerd.daemon.libraries import environment_stamp
+from lowerd.daemon.protocol import (
+    LibrariesEvent,
+    ProtocolError,
+    ResultEvent,
+    WorkerEvent,
+    WorkerJob,
+    parse_event,
+)
 from lowerd.daemon.tasks import spawn
-from lowerd.project.batch import failed_result
+from lowerd.project.result import TargetResult
 
-EventCallback = Callable[[dict[str, Any]], None]
+EventCallback = Callable[[WorkerEvent], None]
 # Room for a preload message's module names: the fork server reads 64 KiB messages.
 PRELOAD_MESSAGE_BYTES = 32 * 1024
 # How long a worker's exit status may trail the end of its event pipe.
@@ -53,7 +60,7 @@ class BuildRequest:
 class BuildHandle:
     build_id: int
     request: BuildRequest
-    _result: asyncio.Future = field(repr=False)
+    _result: asyncio.Future[TargetResult] = field(repr=False)
     _pool: WorkerPool = field(repr=False)
     pid: int | None = None
     ended_by: str | None = None  # "cancelled" or "worker-timeout" once the daemon killed it
@@ -61,7 +68,7 @@ class BuildHandle:
     def cancel(self) -> None:
         self._pool._end(self, "cancelled")
 
-    async def result(self) -> dict[str, Any]:
+    async def result(self) -> TargetResult:
         return await asyncio.shield(self._result)
 
 
@@ -122,7 +129,7 @@ class WorkerPool:
         if not handle._result.done():
             handle._result.set_result(result)
 
-    async def _build(self, handle: BuildHandle, on_event: EventCallback) -> dict[str, Any]:
+    async def _build(self, handle: BuildHandle, on_event: EventCallback) -> TargetResult:
         server = await self._fork_server()
         assert self._slots is not None
         async with self._slots:
@@ -135,10 +142,10 @@ class WorkerPool:
                 os.close(write_end)
             events, pipe = await _open_reader(read_end)
 
-            def on_worker_event(event: dict[str, Any]) -> None:
-                if event.get("type") == "libraries":
+            def on_worker_event(event: WorkerEvent) -> None:
+                if isinstance(event, LibrariesEvent):
                     cold = self._cold | server.cold
-                    server.preload([m for m in event.get("modules", []) if m not in cold])
+                    server.preload([m for m in event.modules if m not in cold])
                 else:
                     on_event(event)
 
@@ -252,18 +259,18 @@ class _ForkServer:
 
     def fork(self, handle: BuildHandle, write_end: int) -> asyncio.Future:
         request = handle.request
-        message = {
-            "op": "build",
-            "id": handle.build_id,
-            "config": request.config_path,
-            "target": request.target,
-            "memory_limit": request.memory_limit,
-            "use_cache": request.use_cache,
-            "backends": list(request.backends) if request.backends else None,
-            "warm_libraries": True,
-        }
+        job = WorkerJob(
+            config=request.config_path,
+            target=request.target,
+            id=handle.build_id,
+            memory_limit=request.memory_limit,
+            use_cache=request.use_cache,
+            backends=request.backends,
+            warm_libraries=True,
+        )
         started = self._expect("started", handle.build_id)
-        socket.send_fds(self.channel, [msgpack.packb(message, use_bin_type=True)], [write_end])
+        message = msgpack.packb(job.to_frame(), use_bin_type=True)
+        socket.send_fds(self.channel, [message], [write_end])
         return started
 
     async def exit_status(self, build_id: int) -> int | None:
@@ -348,26 +355,30 @@ async def _open_reader(read_end: int) -> tuple[asyncio.StreamReader, asyncio.Bas
     return reader, transport
 
 
-async def _read_events(events: asyncio.StreamReader, on_event: EventCallback) -> dict | None:
-    """Forward the worker's events; its result, or None if the pipe ended without one."""
+async def _read_events(
+    events: asyncio.StreamReader, on_event: EventCallback
+) -> TargetResult | None:
+    """Forward the worker's events; its result, or None if the pipe ended without one (or with
+    something that is no event: the worker's output is then not to be trusted)."""
     while True:
         try:
             message = await read_frame_async(events)
-        except FrameError:
+            if message is None:
+                return None
+            event = parse_event(message)
+        except (FrameError, ProtocolError):
             return None
-        if message is None:
-            return None
-        if message.get("type") == "result":
-            return message.get("result")
+        if isinstance(event, ResultEvent):
+            return event.result
         try:
-            on_event(message)
+            on_event(event)
         except Exception:  # a failing listener must not lose the build's result
             pass
 
 
-def _failure(handle: BuildHandle, kind: str, message: str) -> dict[str, Any]:
+def _failure(handle: BuildHandle, kind: str, message: str) -> TargetResult:
     if kind == "cancelled":  # superseded, not the project's fault: nothing to point at
-        return failed_result(handle.request.target, kind, message)
+        return TargetResult.failed(handle.request.target, kind, message)
     return failed_at_entry(Path(handle.request.config_path), handle.request.target, kind, message)
 
 

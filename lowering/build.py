@@ -11,7 +11,6 @@ import hashlib
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +34,7 @@ from lowerd.project.build_state import (
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.errors import ExportError, LowerdError, LoweringError
 from lowerd.project.report_model import MethodReport
+from lowerd.project.result import CacheSummary, SourceSite, TargetResult
 from lowerd.project.source_map import UserFiles
 
 # stage, target name, detail ("3/42" during preprocess)
@@ -43,49 +43,6 @@ Progress = Callable[[str, str, str | None], None]
 # coverage while the slow part still runs.
 Partitioned = Callable[[str, MethodReport], None]
 Stage = Literal["load", "export", "partition", "preprocess", "emit", "write"]
-
-
-@dataclass
-class TargetResult:
-    name: str
-    status: Literal["ok", "error"]
-    seconds: float
-    output: str | None = None
-    sha256: str | None = None
-    cache_hits: int = 0
-    cache_misses: int = 0
-    cache_rebased: int = 0  # of the hits, those whose debug handles were renumbered
-    methods: dict[str, MethodReport] = field(default_factory=dict)
-    error: LowerdError | None = None
-    # Where the entry function and each method's module class are defined: where editors put the
-    # coverage summary. {"file", "line"}, files named like the report's.
-    entry: dict[str, Any] | None = None
-    modules: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Why no lowering ran: "same-program" when every method exported to the program of the
-    # last build (a comment or unrelated edit), so its .pte was kept.
-    reused: str | None = None
-    # Memoized stages besides blobs, by memo kind: {"qparams": {"hits": h, "misses": m}}.
-    memo: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "output": self.output,
-            "sha256": self.sha256,
-            "seconds": round(self.seconds, 3),
-            "reused": self.reused,
-            "cache": {
-                "hits": self.cache_hits,
-                "misses": self.cache_misses,
-                "rebased": self.cache_rebased,
-            },
-            "methods": {name: report.to_json() for name, report in self.methods.items()},
-            "error": self.error.to_json() if self.error else None,
-            "entry": self.entry,
-            "modules": self.modules,
-            "memo": self.memo,
-        }
 
 
 def build_target(
@@ -108,9 +65,10 @@ def build_target(
         discard_output(config, target)
         if error.location.file:  # named like the report's source lines: relative to the root
             error.location.file = builder.user_files.display(error.location.file)
-        result = TargetResult(target.name, "error", time.perf_counter() - started, error=error)
-        result.entry = builder.entry_site()
-        return result
+        seconds = time.perf_counter() - started
+        return TargetResult(
+            target.name, "error", seconds, error=error.info(), entry=builder.entry_site()
+        )
 
 
 class _TargetBuilder:
@@ -156,21 +114,19 @@ class _TargetBuilder:
         self._record_state(result, recorder, program)
         return result
 
-    def entry_site(self) -> dict[str, Any] | None:
+    def entry_site(self) -> SourceSite | None:
         if self.entry is None or self.entry.file is None:
             return None
-        return {"file": self.user_files.display(self.entry.file), "line": self.entry.line}
+        return SourceSite(self.user_files.display(self.entry.file), self.entry.line)
 
-    def _module_sites(self) -> dict[str, dict[str, Any]]:
+    def _module_sites(self) -> dict[str, SourceSite]:
         sites = {}
         for name, method in self.entry.methods.items():
             site = definition_site(type(method.module))
             if site[0] is not None and self.user_files.owns(site[0]):
-                sites[name] = {
-                    "file": self.user_files.display(site[0]),
-                    "line": site[1],
-                    "name": type(method.module).__name__,
-                }
+                sites[name] = SourceSite(
+                    self.user_files.display(site[0]), site[1], type(method.module).__name__
+                )
         return sites
 
     def _same_program(self, previous: TargetState, program: ProgramFingerprint) -> bool:
@@ -222,9 +178,7 @@ class _TargetBuilder:
             seconds=time.perf_counter() - started,
             output=str(output),
             sha256=hashlib.sha256(buffer).hexdigest(),
-            cache_hits=preprocess.hits,
-            cache_misses=preprocess.misses,
-            cache_rebased=preprocess.rebased,
+            cache=CacheSummary(preprocess.hits, preprocess.misses, preprocess.rebased),
             methods=reports,
         )
 

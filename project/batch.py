@@ -17,33 +17,11 @@ from typing import Any, Literal
 from lowerd.project.build_state import discard_failed_output, up_to_date_report
 from lowerd.project.config import ProjectConfig, TargetConfig, load_config, select_targets
 from lowerd.project.project_store import store_for
+from lowerd.project.result import TargetResult
 
 # How a build ended: every target built; a target failed (the others still build); a usage or
 # config error stopped it. cli/exit_codes.py maps each to the process's exit code.
 Outcome = Literal["ok", "target_failed", "usage"]
-
-TargetJson = dict[str, Any]
-
-
-def failed_result(
-    target: str, kind: str, message: str, file: str | None = None, line: int | None = None
-) -> TargetJson:
-    """A target's result when no build made one (a worker that died, a config it could not
-    read), shaped like TargetResult.to_json() so every reader takes it as it takes the others."""
-    return {
-        "name": target,
-        "status": "error",
-        "seconds": 0.0,
-        "output": None,
-        "sha256": None,
-        "reused": None,
-        "cache": {"hits": 0, "misses": 0, "rebased": 0},
-        "methods": {},
-        "error": {"kind": kind, "message": message, "file": file, "line": line},
-        "entry": None,
-        "modules": {},
-        "memo": {},
-    }
 
 
 @dataclass
@@ -51,7 +29,7 @@ class Batch:
     config: ProjectConfig
     targets: list[TargetConfig]
     use_cache: bool
-    results: dict[str, TargetJson] = field(default_factory=dict)  # target name -> its result
+    results: dict[str, TargetResult] = field(default_factory=dict)  # target name -> its result
 
     @classmethod
     def load(cls, config_path: Path, target_names: Sequence[str], use_cache: bool) -> Batch:
@@ -65,12 +43,12 @@ class Batch:
             if result is not None:
                 self.results[target.name] = result
 
-    def up_to_date(self, target: TargetConfig) -> TargetJson | None:
+    def up_to_date(self, target: TargetConfig) -> TargetResult | None:
         if not self.use_cache:
             return None
         started = time.perf_counter()
-        report = up_to_date_report(self.config, target)
-        return report and {**report, "seconds": round(time.perf_counter() - started, 3)}
+        result = up_to_date_report(self.config, target)
+        return result and result.timed(time.perf_counter() - started)
 
     @property
     def stale(self) -> list[TargetConfig]:
@@ -83,20 +61,20 @@ class Batch:
             discard_failed_output(self.config, result)
         document = {
             "config": str(self.config.path),
-            "targets": results,
+            "targets": [result.to_json() for result in results],
             "warnings": self._cache_warnings(results),
         }
-        failed = any(result["status"] != "ok" for result in results)
+        failed = any(not result.ok for result in results)
         return document, "target_failed" if failed else "ok"
 
-    def _cache_warnings(self, results: list[TargetJson]) -> list[str]:
+    def _cache_warnings(self, results: list[TargetResult]) -> list[str]:
         """Trim the cache to its cap, and say what of it could not be used.
 
         Only a build that missed can have stored blobs, or found the cache unusable: a store
         that cannot be written makes every partition a miss ("uncached"). The store notes its
         I/O errors instead of raising them, so the .pte already written stands.
         """
-        if not self.use_cache or not any(r.get("cache", {}).get("misses") for r in results):
+        if not self.use_cache or not any(result.cache.misses for result in results):
             return []
         store = store_for(self.config)
         if store.check() is not None:

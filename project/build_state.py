@@ -21,6 +21,7 @@ import msgpack
 
 from lowerd.cache.atomic import write_atomic
 from lowerd.project.config import ProjectConfig, TargetConfig
+from lowerd.project.result import TargetResult
 
 STATE_VERSION = 1
 STATE_DIR = ".lowerd"
@@ -113,13 +114,13 @@ def discard_output(config: ProjectConfig, target: TargetConfig) -> None:
         output.unlink()
 
 
-def discard_failed_output(config: ProjectConfig, result: dict[str, Any]) -> None:
+def discard_failed_output(config: ProjectConfig, result: TargetResult) -> None:
     """discard_output for a target result that failed, whoever made it (a build, or the worker
     pool for a build that crashed or timed out). A cancelled build is no verdict on the sources:
     the build that superseded it writes the output."""
-    error = result.get("error") or {}
-    target = config.targets.get(result.get("name", ""))
-    if target is not None and result.get("status") == "error" and error.get("kind") != "cancelled":
+    target = config.targets.get(result.name)
+    cancelled = result.error is not None and result.error.kind == "cancelled"
+    if target is not None and not result.ok and not cancelled:
         discard_output(config, target)
 
 
@@ -139,12 +140,12 @@ def why_out_of_date(
     return None
 
 
-def up_to_date_report(config: ProjectConfig, target: TargetConfig) -> dict[str, Any] | None:
-    """The last build's report when nothing it read or wrote has changed since; else None."""
+def up_to_date_report(config: ProjectConfig, target: TargetConfig) -> TargetResult | None:
+    """The last build's result when nothing it read or wrote has changed since; else None."""
     state = load_state(config, target)
-    if why_out_of_date(config, target, state) is not None:
+    if state is None or why_out_of_date(config, target, state) is not None:
         return None
-    return {**state.report, "reused": "up-to-date", "cache": {"hits": 0, "misses": 0, "rebased": 0}}
+    return TargetResult.up_to_date(target.name, state.report)
 
 
 def target_inputs_digest(config: ProjectConfig, target: TargetConfig) -> str:

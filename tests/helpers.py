@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from lowerd.daemon.protocol import WorkerEvent, parse_event
 from lowerd.daemon.runtime import DaemonPaths, DaemonStatus, read_status
 from lowerd.daemon.workers import BuildRequest
-from lowerd.project.batch import failed_result
+from lowerd.project.result import TargetResult
 
 T = TypeVar("T")
 
@@ -204,12 +205,14 @@ def without_timing(value: Any) -> Any:
 
 @dataclass
 class FakeBuild:
-    """A submitted build that ends when the test says: finish(), or cancel() as the pool would."""
+    """A submitted build that ends when the test says: finish(), or cancel() as the pool would.
+    Events and results are given as the worker's frames, and reach the pool's user typed, as the
+    real pool parses them (daemon/protocol.py)."""
 
     build_id: int
     request: BuildRequest
-    on_event: Callable[[dict[str, Any]], None]
-    future: asyncio.Future
+    pool_event: Callable[[WorkerEvent], None]
+    future: asyncio.Future[TargetResult]
     pid: int = 4242
     cancelled: bool = False
 
@@ -217,19 +220,22 @@ class FakeBuild:
     def target(self) -> str:
         return self.request.target
 
-    async def result(self) -> dict[str, Any]:
+    def on_event(self, frame: dict[str, Any]) -> None:
+        self.pool_event(parse_event(frame))
+
+    async def result(self) -> TargetResult:
         return await asyncio.shield(self.future)
 
     def cancel(self) -> None:
         """What the real pool does: the worker is killed and the result says so."""
         self.cancelled = True
         if not self.future.done():
-            self.future.set_result(failed_result(self.target, "cancelled", "cancelled"))
+            self.future.set_result(TargetResult.failed(self.target, "cancelled", "cancelled"))
 
     def finish(self, result: dict[str, Any] | None = None, peak_rss: int | None = None) -> None:
         if peak_rss is not None:
             self.on_event({"type": "peak_rss", "bytes": peak_rss})
-        self.future.set_result(result or ok_result(self.target))
+        self.future.set_result(TargetResult.from_json(result or ok_result(self.target)))
 
 
 @dataclass
@@ -238,7 +244,7 @@ class FakePool:
     # target -> the targets whose builds ran when it was submitted
     alongside: dict[str, list[str]] = field(default_factory=dict)
 
-    def submit(self, request: BuildRequest, on_event: Callable[[dict[str, Any]], None]) -> Any:
+    def submit(self, request: BuildRequest, on_event: Callable[[WorkerEvent], None]) -> Any:
         self.alongside[request.target] = self.running()
         future = asyncio.get_running_loop().create_future()
         build = FakeBuild(len(self.builds) + 1, request, on_event, future)

@@ -29,7 +29,9 @@ def start_batch(
 ) -> tuple[asyncio.Task, list[dict]]:
     frames: list[dict] = []
     config = str(project / "pyproject.toml")
-    batch = service.build(config, targets, True, jobs, frames.append)
+    batch = service.build(
+        config, targets, True, jobs, lambda frame: frames.append(frame.to_frame())
+    )
     return asyncio.create_task(batch), frames
 
 
@@ -38,7 +40,7 @@ async def test_jobs_bounds_the_builds_at_once(project: Path) -> None:
     service = BuildService(pool)
     batch, frames = start_batch(service, project, ["tiny_linear", "refused", "pkg"], jobs=2)
     await running(pool, "tiny_linear", "refused")
-    assert [b["target"] for b in service.builds()] == ["tiny_linear", "refused"]
+    assert [b.target for b in service.builds()] == ["tiny_linear", "refused"]
     pool.build_of("refused").finish()
     await running(pool, "tiny_linear", "pkg")
     assert pool.alongside["pkg"] == ["tiny_linear"]  # it waited for a free job

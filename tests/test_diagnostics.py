@@ -17,7 +17,6 @@ from lsprotocol import types
 from lowerd.daemon.diagnostics import (
     MAX_LISTED,
     PROVISIONAL_NOTE,
-    Site,
     config_error_diagnostics,
     coverage_summary,
     fixes_hint,
@@ -28,10 +27,11 @@ from lowerd.daemon.diagnostics import (
     read_lines_from_disk,
     result_diagnostics,
 )
-from lowerd.daemon.entry_site import entry_site
+from lowerd.daemon.entry_site import Site, entry_site
 from lowerd.daemon.settings import DEFAULT_TIMEOUT, Settings
 from lowerd.project.config import load_config
 from lowerd.project.module_paths import collapse_module_paths
+from lowerd.project.report_model import coverage_of
 from lowerd.report_table import coverage_text
 
 MODEL = """\
@@ -90,7 +90,8 @@ def mark(root: Path, name: str) -> Site:
 
 
 def report(root: Path, **overrides: Any) -> dict[str, Any]:
-    """A final MethodReport JSON of MODEL: two XNNPACK partitions, pow and 2 cumsums refused."""
+    """A final MethodReport JSON of MODEL: two XNNPACK partitions, pow and 2 cumsums refused;
+    with what MethodReport computes (summary, fixes_hint, ...)."""
     line = {name: mark(root, name).line for name in ("linear1", "pow", "cumsum", "linear2")}
     no_cumsum = "no XNNPACK support for aten.cumsum.default"
     base = {
@@ -109,7 +110,18 @@ def report(root: Path, **overrides: Any) -> dict[str, Any]:
         ],
         "final": True,
     }
-    return {**base, **overrides}
+    method = {**base, **overrides}
+    boundaries = [group.get("boundaries") or 0 for group in method.get("refusals", [])]
+    facts = coverage_of(
+        method["ops"],
+        method["ops_delegated"],
+        method["backends"],
+        method.get("partitions_if_fixed"),
+        boundaries,
+    )
+    # What MethodReport.to_json() adds (the groups of some tests are partial: no from_json).
+    computed = {"coverage_percent": facts.percent, "summary": facts.summary}
+    return {**method, **computed, "fixes_hint": facts.fixes_hint}
 
 
 def partition(line: int, cache: str | None) -> dict[str, Any]:
@@ -152,49 +164,58 @@ def at(diagnostics: list[types.Diagnostic], line: int) -> list[types.Diagnostic]
 # Coverage text -------------------------------------------------------------------------------
 
 
+def summary_of(method: dict[str, Any]) -> str:
+    return coverage_of(method["ops"], method["ops_delegated"], method["backends"]).summary
+
+
 def test_coverage_summary_names_backend_partitions_and_percent_rounded_down() -> None:
     summary = {
         "ops": 271,
         "ops_delegated": 231,
-        "coverage": 0.8524,
         "backends": {"XNNPACK": {"ops": 231, "partitions": 42}},
     }
-    assert coverage_summary("forward", summary) == (
+    assert summary_of(summary) == "231 of 271 ops on XNNPACK in 42 partitions (85 %)"
+    assert coverage_summary("forward", {"summary": summary_of(summary)}) == (
         "forward: 231 of 271 ops on XNNPACK in 42 partitions (85 %)"
     )
-    almost = {**summary, "ops_delegated": 270, "coverage": 0.9963}
-    assert coverage_summary("forward", almost).endswith("(99 %)")
+    almost = {**summary, "ops_delegated": 270}
+    assert summary_of(almost).endswith("(99 %)")
 
 
-def test_the_cli_and_the_editor_say_the_same_percent() -> None:
-    """One rounding rule (project/report_model.py: coverage_percent): 270 of 271 is 99 %, in the
-    editor's lens and in the CLI's report alike, never the 100 % that rounding would print."""
-    method = {
-        "ops": 271,
-        "ops_delegated": 270,
-        "coverage": round(270 / 271, 4),
-        "backends": {"XNNPACK": {"ops": 270, "partitions": 2}},
-    }
-    assert coverage_summary("forward", method).endswith("(99 %)")
-    assert coverage_text(method).endswith("; 99%)")
+def test_the_cli_and_the_editor_say_the_same_percent(root: Path) -> None:
+    """One rounding rule and one sentence (project/report_model.py: coverage_of): 270 of 271 is
+    99 %, in the editor's lens and in the CLI's report alike, never the 100 % that rounding
+    would print."""
+    method = report(
+        root,
+        ops=271,
+        ops_delegated=270,
+        coverage=round(270 / 271, 4),
+        backends={"XNNPACK": {"ops": 270, "partitions": 2}},
+    )
+    assert method["coverage_percent"] == 99
+    assert method["summary"] == "270 of 271 ops on XNNPACK in 2 partitions (99 %)"
+    assert coverage_summary("forward", method) == f"forward: {method['summary']}"
+    assert coverage_text(method) == method["summary"]
+    assert lens_title(ok_result(root, forward=method), building=False).startswith(
+        "lowerd: forward: 270 of 271 ops on XNNPACK in 2 partitions (99 %)"
+    )
 
 
 def test_coverage_summary_with_one_partition_several_backends_and_none() -> None:
     xnnpack = {"XNNPACK": {"ops": 2, "partitions": 1}}
-    one = {"ops": 2, "ops_delegated": 2, "coverage": 1.0, "backends": xnnpack}
-    assert coverage_summary("encode", one) == "encode: 2 of 2 ops on XNNPACK in 1 partition (100 %)"
+    one = {"ops": 2, "ops_delegated": 2, "backends": xnnpack}
+    assert summary_of(one) == "2 of 2 ops on XNNPACK in 1 partition (100 %)"
     two = {
         "ops": 10,
         "ops_delegated": 9,
-        "coverage": 0.9,
         "backends": {"XNNPACK": {"ops": 6, "partitions": 2}, "Vulkan": {"ops": 3, "partitions": 1}},
     }
-    assert coverage_summary("forward", two) == (
-        "forward: 9 of 10 ops delegated (6 on XNNPACK in 2 partitions, 3 on Vulkan in 1 partition;"
-        " 90 %)"
+    assert summary_of(two) == (
+        "9 of 10 ops delegated (6 on XNNPACK in 2 partitions, 3 on Vulkan in 1 partition; 90 %)"
     )
-    none = {"ops": 3, "ops_delegated": 0, "coverage": 0.0, "backends": {}}
-    assert coverage_summary("forward", none) == "forward: 0 of 3 ops delegated (0 %)"
+    none = {"ops": 3, "ops_delegated": 0, "backends": {}}
+    assert summary_of(none) == "0 of 3 ops delegated (0 %)"
 
 
 # Diagnostics of a successful build -------------------------------------------------------------
@@ -482,19 +503,22 @@ def test_the_lens_says_how_many_fixes_would_leave_how_many_partitions(
 ) -> None:
     # From the lowering's own count: fixing the top 1, 2, 3, 4 groups.
     forty_two = {"XNNPACK": {"ops": 231, "partitions": 42}}
-    counted = {"backends": forty_two, "partitions_if_fixed": [30, 9, 1, 1]}
-    assert fixes_hint(counted) == "3 fixes would make this 1 partition"
-    assert fixes_hint({**counted, "partitions_if_fixed": [41, 41]}) == (
-        "1 fix would make this 41 partitions"
-    )
-    assert fixes_hint({**counted, "partitions_if_fixed": [42]}) is None
+
+    def hint(backends: dict[str, Any], after: list[int]) -> str | None:
+        return coverage_of(231, 231, backends, after).fixes_hint
+
+    assert hint(forty_two, [30, 9, 1, 1]) == "3 fixes would make this 1 partition"
+    assert hint(forty_two, [41, 41]) == "1 fix would make this 41 partitions"
+    assert hint(forty_two, [42]) is None
     # A real Llama: the fewest take 34 fixes; the lens also says what the first five do.
     llama = [9, 8, 7, 6, 6, 5, 3, 3, 3, 5, 6, 6, 4, 4, 4, 4, 4, 3, 5, 8, 6, 4, 4, 5, 4, 3]
     llama += [4, 4, 3, 2, 2, 2, 2, 1, 1]
     thirteen = {"XNNPACK": {"ops": 130, "partitions": 13}}
-    assert fixes_hint({"backends": thirteen, "partitions_if_fixed": llama}) == (
-        "4 fixes would make this 6 partitions, 34 would make 1"
-    )
+    assert hint(thirteen, llama) == "4 fixes would make this 6 partitions, 34 would make 1"
+    # The lens shows the report's hint, as the report made it.
+    counted = report(root, backends=forty_two, partitions_if_fixed=[30, 9, 1, 1])
+    assert counted["fixes_hint"] == "3 fixes would make this 1 partition"
+    assert fixes_hint(counted) == counted["fixes_hint"]
     # Estimated from the groups' boundaries: the norm report's add group splits 3 times.
     four = {"XNNPACK": {"ops": 2, "partitions": 4}}
     estimated = norm_report(root, library, backends=four)
@@ -503,7 +527,7 @@ def test_the_lens_says_how_many_fixes_would_leave_how_many_partitions(
     assert title.endswith("in 4 partitions (40 %); 1 fix would make this 1 partition")
     # A report without groups, and one partition, say nothing more.
     assert fixes_hint(report(root)) is None
-    one = {"backends": {"XNNPACK": {"ops": 2, "partitions": 1}}, "partitions_if_fixed": [1]}
+    one = report(root, backends={"XNNPACK": {"ops": 2, "partitions": 1}}, partitions_if_fixed=[1])
     assert fixes_hint(one) is None
 
 

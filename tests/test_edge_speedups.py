@@ -20,9 +20,10 @@ from torch import nn
 
 from lowerd.cache.store import BlobStore
 from lowerd.lowering import edge_speedups
-from lowerd.lowering.build import TargetResult, build_target
+from lowerd.lowering.build import build_target
 from lowerd.lowering.edge_speedups import EdgeSpeedups, why_replay
 from lowerd.project.config import load_config
+from lowerd.project.result import TargetResult
 
 from helpers import PROJECTS
 from stock import call_entry, forget_project_modules, importable_copy, sha256, stock_pte

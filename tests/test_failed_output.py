@@ -6,9 +6,10 @@ from pathlib import Path
 
 from lowerd.cache.store import BlobStore
 from lowerd.lowering.build import build_target
-from lowerd.project.batch import Batch, failed_result
+from lowerd.project.batch import Batch
 from lowerd.project.build_state import load_state
 from lowerd.project.config import load_config
+from lowerd.project.result import TargetResult
 
 from helpers import write_text_atomic
 from stock import forget_project_modules
@@ -43,8 +44,11 @@ def test_a_crashed_build_removes_the_pte_and_a_cancelled_one_keeps_it(project: P
         output.write_bytes(b"an earlier build's program")
 
     batch = Batch.load(config.path, list(outputs), use_cache=True)
-    batch.results["tiny_linear"] = failed_result("tiny_linear", "worker-crash", "killed by SIGKILL")
-    batch.results["refused"] = failed_result("refused", "cancelled", "the build was cancelled")
+    crashed = TargetResult.failed("tiny_linear", "worker-crash", "killed by SIGKILL")
+    batch.results["tiny_linear"] = crashed
+    batch.results["refused"] = TargetResult.failed(
+        "refused", "cancelled", "the build was cancelled"
+    )
     batch.outcome()
 
     assert not outputs["tiny_linear"].exists()

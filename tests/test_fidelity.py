@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from lowerd.cache.store import BlobStore
-from lowerd.lowering.build import TargetResult, build_target
+from lowerd.lowering.build import build_target
 from lowerd.project.config import ProjectConfig, load_config
+from lowerd.project.result import TargetResult
 
 from stock import forget_project_modules, sha256, stock_pte
 
@@ -42,11 +43,11 @@ def test_cold_and_warm_builds_equal_stock(project: Path, store: BlobStore, name:
 
     cold = build(config, name, store)
     assert pte_digest(cold) == cold.sha256 == expected
-    assert (cold.cache_hits, cold.cache_misses) == (0, partitions(cold))
+    assert (cold.cache.hits, cold.cache.misses) == (0, partitions(cold))
 
     warm = build(config, name, store)
     assert pte_digest(warm) == expected
-    assert (warm.cache_hits, warm.cache_misses) == (partitions(warm), 0)
+    assert (warm.cache.hits, warm.cache.misses) == (partitions(warm), 0)
     assert all(p.cache == "hit" for r in warm.methods.values() for p in r.partitions)
 
 
@@ -65,7 +66,7 @@ def test_weight_edit_reuses_untouched_partitions(project: Path, store: BlobStore
 
     result = build(config, "refused", store)
     assert pte_digest(result) == sha256(stock_pte(project, "models/refused.py:make", ["xnnpack"]))
-    assert (result.cache_hits, result.cache_misses) == (1, 1)
+    assert (result.cache.hits, result.cache.misses) == (1, 1)
 
 
 def test_structural_edit_equals_stock(project: Path, store: BlobStore) -> None:
@@ -79,7 +80,7 @@ def test_structural_edit_equals_stock(project: Path, store: BlobStore) -> None:
     result = build(config, "tiny_linear", store)
     expected = sha256(stock_pte(project, "models/tiny_linear.py:make", ["xnnpack"]))
     assert pte_digest(result) == expected
-    assert result.cache_misses == 1
+    assert result.cache.misses == 1
 
 
 def test_corrupt_cache_entry_is_a_miss_and_the_build_still_matches(
@@ -94,9 +95,9 @@ def test_corrupt_cache_entry_is_a_miss_and_the_build_still_matches(
 
     again = build(config, "tiny_linear", store)
     assert pte_digest(again) == first.sha256
-    assert (again.cache_hits, again.cache_misses) == (0, 1)
+    assert (again.cache.hits, again.cache.misses) == (0, 1)
     assert store.corrupt_removed == 1
-    assert build(config, "tiny_linear", store).cache_hits == 1  # rewritten, readable again
+    assert build(config, "tiny_linear", store).cache.hits == 1  # rewritten, readable again
 
 
 def test_no_cache_builds_the_same_bytes(project: Path) -> None:
@@ -128,7 +129,7 @@ def test_vulkan_cold_and_warm_equal_stock(project: Path, store: BlobStore) -> No
     cold = build(config, "refused", store)
     warm = build(config, "refused", store)
     assert pte_digest(cold) == pte_digest(warm) == expected
-    assert warm.cache_misses == 0 and warm.cache_hits == partitions(warm) > 0
+    assert warm.cache.misses == 0 and warm.cache.hits == partitions(warm) > 0
     assert set(warm.methods["forward"].backends) == {"Vulkan"}
 
 
@@ -139,7 +140,7 @@ def test_coreml_warm_build_equals_cold(project: Path, store: BlobStore) -> None:
     cold = build(config, "tiny_linear", store)
     warm = build(config, "tiny_linear", store)
     assert pte_digest(cold) == pte_digest(warm)
-    assert (warm.cache_hits, warm.cache_misses) == (1, 0)
+    assert (warm.cache.hits, warm.cache.misses) == (1, 0)
     assert set(warm.methods["forward"].backends) == {"CoreML"}
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from lowerd.cache.store import BlobStore
-from lowerd.lowering.build import TargetResult, build_target
+from lowerd.lowering.build import build_target
 from lowerd.project.build_state import load_state, why_out_of_date
 from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.report_model import MethodReport
+from lowerd.project.result import TargetResult
 
 from stock import forget_project_modules, sha256, stock_pte
 
@@ -58,7 +59,7 @@ def test_a_real_edit_is_lowered_again(project: Path, tmp_path: Path) -> None:
     model.write_text(model.read_text().replace("nn.ReLU()", "nn.Hardtanh()"))
 
     again = build(config, "tiny_linear", store)
-    assert again.reused is None and again.cache_misses == 1
+    assert again.reused is None and again.cache.misses == 1
     assert again.sha256 == sha256(stock_pte(project, "models/tiny_linear.py:make", ["xnnpack"]))
 
 

@@ -9,9 +9,10 @@ import torch
 from torchao.quantization.pt2e.observer import HistogramObserver
 
 from lowerd.cache.store import BlobStore
-from lowerd.lowering.build import TargetResult, build_target
+from lowerd.lowering.build import build_target
 from lowerd.lowering.qparam_memo import MEMO_KIND, QParamMemo
 from lowerd.project.config import ProjectConfig, load_config
+from lowerd.project.result import TargetResult
 
 from helpers import PROJECTS, copy_project, write_text_atomic
 from stock import forget_project_modules, sha256, stock_pte

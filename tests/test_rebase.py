@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from lowerd.cache.store import BlobStore
-from lowerd.lowering.build import TargetResult, build_target
+from lowerd.lowering.build import build_target
 from lowerd.lowering.preprocess_codec import decode_results
 from lowerd.lowering.rebase import CannotRebase, rebase, rebase_xnnpack_blob
 from lowerd.project.config import load_config
+from lowerd.project.result import TargetResult
 
 from stock import PROJECTS, forget_project_modules, importable_copy, sha256, stock_pte
 
@@ -48,7 +49,7 @@ def test_an_op_inserted_in_one_block_rebuilds_only_that_block(
 ) -> None:
     store = BlobStore(tmp_path / "cache")
     first = build(stack, store)
-    assert first.cache_misses == PARTITIONS
+    assert first.cache.misses == PARTITIONS
 
     put_extra_op_in(stack, block)
     edited = build(stack, store)
@@ -57,9 +58,9 @@ def test_an_op_inserted_in_one_block_rebuilds_only_that_block(
     assert edited.sha256 != first.sha256
     # The partition holding the new op is new; every partition after it moved its handles and
     # was rebased; those before it are exact hits.
-    assert edited.cache_misses == 1
-    assert edited.cache_hits == PARTITIONS - 1
-    assert edited.cache_rebased == PARTITIONS - 1 - block
+    assert edited.cache.misses == 1
+    assert edited.cache.hits == PARTITIONS - 1
+    assert edited.cache.rebased == PARTITIONS - 1 - block
 
 
 def test_a_rebased_blob_equals_a_fresh_preprocess(stack: Path, tmp_path: Path) -> None:
@@ -111,4 +112,4 @@ def test_vulkan_partitions_are_reused_only_before_the_edit(stack: Path, tmp_path
 
     edited = build(stack, store)
     assert edited.sha256 == sha256(stock_pte(stack, "models/stack.py:make", ["vulkan"]))
-    assert (edited.cache_hits, edited.cache_rebased, edited.cache_misses) == (BLOCKS - 1, 0, 2)
+    assert (edited.cache.hits, edited.cache.rebased, edited.cache.misses) == (BLOCKS - 1, 0, 2)

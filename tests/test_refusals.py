@@ -12,13 +12,14 @@ import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-from lowerd.lowering.build import TargetResult, build_target
+from lowerd.lowering.build import build_target
 from lowerd.lowering.module_coverage import module_coverage
 from lowerd.lowering.partition_graph import Impact, PartitionGraph
 from lowerd.lowering.reasons import PartitionReasons
 from lowerd.project.config import load_config
 from lowerd.project.module_paths import collapse_module_paths
 from lowerd.project.report_model import MethodReport
+from lowerd.project.result import TargetResult
 from lowerd.report_table import ReportView, format_report
 
 from helpers import PROJECTS, line_marks, lowerd

@@ -272,14 +272,14 @@ async def test_a_result_that_comes_after_a_cancel_is_not_current(setup: Setup) -
     first = await refused_building(setup)
     first.cancel = lambda: setattr(first, "cancelled", True)  # the kill lands too late
     second = await saved_again(setup)
-    first.finish({**ok_result("refused"), "stale": True})
+    first.finish({**ok_result("refused"), "sha256": "stale"})
     await async_wait_until(lambda: setup.listener.of_build(first.build_id), what="first ended")
     [(_, current)] = setup.listener.of_build(first.build_id)
     assert current is False
     second.finish()
     results = await setup.idle("refused")
-    assert "stale" not in results["refused"]
-    assert all("stale" not in r for r in setup.listener.current("refused"))
+    assert results["refused"]["sha256"] != "stale"
+    assert all(r["sha256"] != "stale" for r in setup.listener.current("refused"))
 
 
 async def test_events_of_a_superseded_build_are_dropped(setup: Setup) -> None:

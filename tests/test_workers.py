@@ -42,10 +42,11 @@ async def pool(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Worker
 
 
 async def build(pool: WorkerPool, root: Path, target: str, **limits) -> tuple[dict, list[dict]]:
+    """The result and the events, as their frames (JSON) for the assertions to read."""
     events: list[dict] = []
     request = BuildRequest(str(root / "pyproject.toml"), target, **limits)
-    handle = pool.submit(request, events.append)
-    return await handle.result(), events
+    handle = pool.submit(request, lambda event: events.append(event.to_frame()))
+    return (await handle.result()).to_json(), events
 
 
 async def test_a_build_streams_progress_and_partitions_then_its_result(
@@ -108,12 +109,15 @@ async def test_an_exception_in_user_code_is_reported_at_its_line(
 
 async def test_a_cancelled_build_ends_and_the_pool_goes_on(pool: WorkerPool, crashy: Path) -> None:
     events: list[dict] = []
-    handle = pool.submit(BuildRequest(str(crashy / "pyproject.toml"), "hangs"), events.append)
+    handle = pool.submit(
+        BuildRequest(str(crashy / "pyproject.toml"), "hangs"),
+        lambda event: events.append(event.to_frame()),
+    )
     while handle.pid is None:
         await asyncio.sleep(0.05)
     handle.cancel()
     result = await handle.result()
-    assert result["error"]["kind"] == "cancelled"
+    assert result.error is not None and result.error.kind == "cancelled"
     again, _ = await build(pool, crashy, "ok")
     assert again["status"] == "ok"
 
@@ -127,7 +131,7 @@ async def test_a_garbage_collection_mid_build_loses_no_result(
     while not result.done():
         gc.collect()
         await asyncio.wait({result}, timeout=0.05)
-    assert result.result()["status"] == "ok"
+    assert result.result().status == "ok"
 
 
 async def test_a_killed_fork_server_is_started_again(pool: WorkerPool, crashy: Path) -> None:
