@@ -12,13 +12,14 @@ import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
+from lowerd.daemon.diagnostics import lens_title
 from lowerd.lowering.build import build_target
 from lowerd.lowering.module_coverage import module_coverage
 from lowerd.lowering.partition_graph import Impact, PartitionGraph
 from lowerd.lowering.reasons import PartitionReasons
 from lowerd.project.config import load_config
 from lowerd.project.module_paths import collapse_module_paths
-from lowerd.project.report_model import MethodReport
+from lowerd.project.report_model import MethodReport, coverage_percent
 from lowerd.project.result import TargetResult
 from lowerd.report_table import ReportView, format_report
 
@@ -264,3 +265,25 @@ def test_a_fix_does_not_merge_across_an_op_left_on_the_cpu() -> None:
         Impact(1, 1),
         Impact(1, 2),
     ]
+
+
+def test_a_real_builds_document_carries_the_coverage_every_view_shows(built: dict) -> None:
+    """The sentence, percent and fixes hint are the report's (report_model.coverage_of), in the
+    document the CLI, the server and the editors read; the target says its coverage too."""
+    result = built["layers"][0]
+    document = result.to_json()
+    method = document["methods"]["forward"]
+    report = report_of(built, "layers")
+    percent = coverage_percent(report.ops_delegated, report.ops)
+    assert method["coverage_percent"] == percent < 100
+    assert method["summary"] == (
+        f"{report.ops_delegated} of {report.ops} ops on XNNPACK in 4 partitions ({percent} %)"
+    )
+    assert method["fixes_hint"] == "1 fix would make this 1 partition"
+    assert document["coverage"] == {"percent": percent, "backends": ["XNNPACK"]}
+    # Shown, not recomputed: the CLI's line and the editor's lens say the report's words.
+    assert f"  forward: {method['summary']}\n" in format_report({"targets": [document]}, 1.0)
+    lens = lens_title(document, building=False)
+    assert lens == f"lowerd: forward: {method['summary']}; {method['fixes_hint']}"
+    # Through JSON and back (the build record, the worker pipe): the same result.
+    assert TargetResult.from_json(json.loads(json.dumps(document))).to_json() == document
