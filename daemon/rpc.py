@@ -146,7 +146,7 @@ class RpcServer:
         self.status: DaemonStatus | None = None
         self._lock: InstanceLock | None = None
         self._server: asyncio.AbstractServer | None = None
-        self._clients: set[asyncio.Task] = set()
+        self._clients: set[asyncio.Task[None]] = set()
 
     async def start(self) -> bool:
         """Listen and publish the status file; False if another daemon serves this project.
