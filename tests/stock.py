@@ -60,7 +60,34 @@ def call_entry(root: Path, entry: str) -> Any:
         forget_project_modules(root)
 
 
+# (the project's files, entry, backends) -> the stock .pte. A stock lowering takes seconds and
+# several test modules compare with the same one (an unedited basic/ or quantized/ target): it is
+# made once per session. The key holds every file of the project, so an edited copy is lowered
+# afresh.
+_STOCK_PTES: dict[tuple[str, str, tuple[str, ...]], bytes] = {}
+
+
 def stock_pte(root: Path, entry: str, backends: list[str]) -> bytes:
+    key = (_tree_digest(root), entry, tuple(backends))
+    if key not in _STOCK_PTES:
+        _STOCK_PTES[key] = bytes(_lower_stock(root, entry, backends))
+    return _STOCK_PTES[key]
+
+
+def _tree_digest(root: Path) -> str:
+    """The digest of every file under root but build outputs and bytecode: names and contents."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(root).rglob("*")):
+        relative = path.relative_to(root)
+        if {"build", "__pycache__"} & set(relative.parts) or not path.is_file():
+            continue
+        data = path.read_bytes()
+        digest.update(f"{relative.as_posix()}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _lower_stock(root: Path, entry: str, backends: list[str]) -> bytes:
     # Imported here: the tests that only need the projects' helpers start without torch.
     import torch
     from executorch.exir import to_edge_transform_and_lower

@@ -114,7 +114,7 @@ def test_a_replay_with_work_to_do_runs(examples: Path) -> None:
         (False, "aten.conv2d.default is in the table"),
         (True, "no op of the table in the graph"),
     ]
-    assert sha256(fast) == sha256(lower(examples, "models/cnn.py:make"))
+    assert sha256(fast) == sha256(stock_pte(examples, "models/cnn.py:make", ["xnnpack"]))
 
 
 def test_metadata_a_replay_drops_forces_it(tmp_path: Path, store: BlobStore) -> None:
@@ -127,7 +127,7 @@ def test_metadata_a_replay_drops_forces_it(tmp_path: Path, store: BlobStore) -> 
         fast = lower(root, "models/qnet.py:make")
     assert speedups.skipped == 0
     assert "IS_IMPLICIT_Q_DQ_TAG" in speedups.replays[-1].why
-    assert sha256(fast) == sha256(lower(root, "models/qnet.py:make"))
+    assert sha256(fast) == sha256(stock_pte(root, "models/qnet.py:make", ["xnnpack"]))
     forget_project_modules(root)
 
 

@@ -29,6 +29,21 @@ def stack(tmp_path: Path) -> Iterator[Path]:
         yield root
 
 
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The unedited stack built once, cold: its blob cache (each test copies it) and .pte digest."""
+    folder = tmp_path_factory.mktemp("cold")
+    with importable_copy(PROJECTS / "blocks", folder / "blocks") as root:
+        first = build(root, BlobStore(folder / "cache"))
+    assert first.cache.misses == PARTITIONS
+    return folder / "cache", first.sha256
+
+
+def cold_store(cold: tuple[Path, str], destination: Path) -> BlobStore:
+    """A private copy of the cold build's blob cache."""
+    return BlobStore(shutil.copytree(cold[0], destination))
+
+
 def build(root: Path, store: BlobStore) -> TargetResult:
     forget_project_modules(root)
     config = load_config(root / "pyproject.toml")
@@ -45,17 +60,15 @@ def put_extra_op_in(root: Path, block: int) -> None:
 
 @pytest.mark.parametrize("block", [0, 2, BLOCKS - 1])
 def test_an_op_inserted_in_one_block_rebuilds_only_that_block(
-    stack: Path, tmp_path: Path, block: int
+    stack: Path, tmp_path: Path, block: int, cold: tuple[Path, str]
 ) -> None:
-    store = BlobStore(tmp_path / "cache")
-    first = build(stack, store)
-    assert first.cache.misses == PARTITIONS
+    store = cold_store(cold, tmp_path / "cache")  # the unedited stack's PARTITIONS misses
 
     put_extra_op_in(stack, block)
     edited = build(stack, store)
 
     assert edited.sha256 == sha256(stock_pte(stack, "models/stack.py:make", ["xnnpack"]))
-    assert edited.sha256 != first.sha256
+    assert edited.sha256 != cold[1]
     # The partition holding the new op is new; every partition after it moved its handles and
     # was rebased; those before it are exact hits.
     assert edited.cache.misses == 1
@@ -63,17 +76,16 @@ def test_an_op_inserted_in_one_block_rebuilds_only_that_block(
     assert edited.cache.rebased == PARTITIONS - 1 - block
 
 
-def test_a_rebased_blob_equals_a_fresh_preprocess(stack: Path, tmp_path: Path) -> None:
+def test_a_rebased_blob_equals_a_fresh_preprocess(
+    stack: Path, tmp_path: Path, cold: tuple[Path, str]
+) -> None:
     # Build the edited model cold, then rebase the unedited model's cached blobs onto it.
     put_extra_op_in(stack, 0)
     fresh_store = BlobStore(tmp_path / "fresh")
     build(stack, fresh_store)
     fresh = _entries(fresh_store)
 
-    original = stack.parent / "original"
-    shutil.copytree(PROJECTS / "blocks", original, ignore=shutil.ignore_patterns("build"))
-    old_store = BlobStore(tmp_path / "old")
-    build(original, old_store)
+    old_store = cold_store(cold, tmp_path / "old")  # the unedited model's, built cold
 
     rebased_any = False
     for digest, (old_results, old_handles) in _entries(old_store).items():
