@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.devtools.backend_debug import get_delegation_info
@@ -12,8 +14,10 @@ from executorch.exir import to_edge_transform_and_lower
 
 from lowerd.lowering.build import build_target
 from lowerd.project.config import load_config
+from lowerd.project.report_model import MethodReport
 
-from stock import call_entry
+from helpers import PROJECTS
+from stock import call_entry, importable_copy
 
 
 def marked_line(file: Path, mark: str) -> int:
@@ -23,10 +27,25 @@ def marked_line(file: Path, mark: str) -> int:
     raise AssertionError(f"no LINE-MARK {mark} in {file}")
 
 
-def test_refused_ops_are_reported_with_reasons_at_user_lines(project: Path) -> None:
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A private copy of tests/projects/basic, which the tests only read."""
+    with importable_copy(PROJECTS / "basic", tmp_path_factory.mktemp("basic") / "basic") as root:
+        yield root
+
+
+@pytest.fixture(scope="module")
+def report(project: Path) -> MethodReport:
+    """`refused` built once, without a cache: its forward's report, which the tests only read."""
     config = load_config(project / "pyproject.toml")
     result = build_target(config, config.targets["refused"], None)
-    report = result.methods["forward"]
+    assert result.status == "ok", result.error
+    return result.methods["forward"]
+
+
+def test_refused_ops_are_reported_with_reasons_at_user_lines(
+    project: Path, report: MethodReport
+) -> None:
     source = project / "models" / "refused.py"
 
     by_op = {op.op: op for op in report.not_delegated}
@@ -38,11 +57,7 @@ def test_refused_ops_are_reported_with_reasons_at_user_lines(project: Path) -> N
     assert cumsum.reason == "no XNNPACK support for aten.cumsum.default"
 
 
-def test_counts_agree_with_get_delegation_info(project: Path) -> None:
-    config = load_config(project / "pyproject.toml")
-    result = build_target(config, config.targets["refused"], None)
-    report = result.methods["forward"]
-
+def test_counts_agree_with_get_delegation_info(project: Path, report: MethodReport) -> None:
     model, args = call_entry(project, "models/refused.py:make")
     edge = to_edge_transform_and_lower(
         {"forward": torch.export.export(model, args)}, partitioner=[XnnpackPartitioner()]
