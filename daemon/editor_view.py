@@ -21,7 +21,6 @@ from pygls.uris import from_fs_path, to_fs_path
 from lowerd.daemon.diagnostics import (
     FileDiagnostics,
     LineReader,
-    Site,
     config_error_diagnostics,
     hover_markdown,
     lens_title,
@@ -30,7 +29,7 @@ from lowerd.daemon.diagnostics import (
     result_diagnostics,
     site_of,
 )
-from lowerd.daemon.entry_site import entry_site
+from lowerd.daemon.entry_site import Site, entry_site
 from lowerd.daemon.session import ProjectSession, same_file
 from lowerd.project.report_model import MethodReport
 from lowerd.project.result import TargetResult

@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal, get_args
 
-from lowerd.daemon.diagnostics import SEVERITIES, Severity
 from lowerd.project.backends import KNOWN_BACKENDS
 
 SECTION = "lowerd"
+# How a not-delegated op is shown; daemon/diagnostics.py maps each to the LSP's severity.
+Severity = Literal["warning", "information", "hint"]
+SEVERITY_NAMES: tuple[str, ...] = get_args(Severity)
 # Without a timeout from the editor or from [tool.lowerd] timeout, a build that hangs holds a
 # worker this long; a save of the target cancels it sooner.
 DEFAULT_TIMEOUT = 600.0
@@ -55,8 +57,8 @@ class Settings:
 
 
 def _severity(value: Any) -> str:
-    if not isinstance(value, str) or value.lower() not in SEVERITIES:
-        raise ValueError(f"expected one of {', '.join(SEVERITIES)}, got {value!r}")
+    if not isinstance(value, str) or value.lower() not in SEVERITY_NAMES:
+        raise ValueError(f"expected one of {', '.join(SEVERITY_NAMES)}, got {value!r}")
     return value.lower()
 
 
