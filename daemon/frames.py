@@ -23,7 +23,7 @@ class FrameError(Exception):
 
 
 def encode_frame(message: dict[str, Any]) -> bytes:
-    payload = msgpack.packb(message, use_bin_type=True)
+    payload: bytes = msgpack.packb(message, use_bin_type=True)
     return len(payload).to_bytes(_LENGTH, "big") + payload
 
 

@@ -100,7 +100,7 @@ async def serve(config: ProjectConfig) -> int:
     return 0
 
 
-def _log_failure(task: asyncio.Task) -> None:
+def _log_failure(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("the fork server did not start: %s", task.exception())
 

@@ -241,7 +241,8 @@ class GuardedProtocol(LanguageServerProtocol):
 def request_id(value: Any) -> MsgId | None:
     """The id to answer if `value` is a request."""
     if isinstance(value, dict) and "method" in value and _is_message_id(value.get("id")):
-        return value["id"]
+        message_id: MsgId = value["id"]
+        return message_id
     return None
 
 
@@ -249,7 +250,7 @@ def _is_message_id(value: Any) -> bool:
     return isinstance(value, str | int) and not isinstance(value, bool)
 
 
-def _why(error: Exception) -> str:
+def _why(error: BaseException) -> str:
     try:
         reasons = transform_error(error)
     except Exception:
@@ -264,7 +265,8 @@ def _shown(data: Any) -> str:
 def strict_converter() -> Converter:
     """pygls' converter, without cattrs' silent coercions of JSON scalars: a number where the
     protocol says string (`uri: 5`) is invalid params, not the string "5"."""
-    converter = pygls_converter()
+    # pygls leaves default_converter unannotated; it returns a cattrs Converter.
+    converter: Converter = pygls_converter()  # type: ignore[no-untyped-call]
     for declared, accepted in ((str, (str,)), (int, (int,)), (float, (int, float))):
         converter.register_structure_hook(declared, partial(_strict_scalar, accepted))
     converter.register_structure_hook(bool, partial(_strict_scalar, (bool,)))
@@ -347,14 +349,14 @@ class GuardedLanguageServer(LanguageServer):
         except (KeyboardInterrupt, SystemExit):  # `exit` ends the process as in pygls
             pass
         finally:
-            self.shutdown()
+            self.shutdown()  # type: ignore[no-untyped-call]  # pygls' shutdown is unannotated
 
     def start_tcp(self, host: str, port: int) -> None:
         """pygls' `start_tcp`, with this module's reader."""
         self._stop_event = stop_event = Event()
 
         async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            self.protocol.set_writer(writer)  # type: ignore[arg-type]  # as pygls does
+            self.protocol.set_writer(writer)
 
             async def read() -> bytes:
                 try:
@@ -363,7 +365,7 @@ class GuardedLanguageServer(LanguageServer):
                     return b""
 
             await serve_messages(stop_event, read, self.protocol)
-            self.shutdown()
+            self.shutdown()  # type: ignore[no-untyped-call]  # pygls' shutdown is unannotated
 
         async def tcp_server() -> None:
             self._server = await asyncio.start_server(connection, host, port)

@@ -10,10 +10,10 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-_running: set[asyncio.Task] = set()
+_running: set[asyncio.Task[Any]] = set()
 
 
-def spawn(coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task:
+def spawn(coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
     task = asyncio.get_running_loop().create_task(coroutine)
     _running.add(task)
     task.add_done_callback(_running.discard)

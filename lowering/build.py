@@ -99,8 +99,8 @@ class _TargetBuilder:
         with recorder.recording():
             self._stage("load")
             with qparams.installed():  # the entry quantizes: convert_pt2e runs the searches
-                self.entry = load_entry(self.config, self.target)
-            exported = self._export(self.entry.methods)
+                self.entry = entry = load_entry(self.config, self.target)
+            exported = self._export(entry.methods)
         program = fingerprint(exported, self.target.backends, self.user_files)
         if program and previous and self._same_program(previous, program):
             result = self._reuse(previous, program, started)
@@ -108,7 +108,7 @@ class _TargetBuilder:
             self._report_provisionally(previous, program)
             result = self._lower_and_write(exported, started)
         result.entry = self.entry_site()
-        result.modules = self._module_sites()
+        result.modules = self._module_sites(entry)
         if qparams.hits or qparams.misses:
             result.memo["qparams"] = qparams.counts()
         self._record_state(result, recorder, program)
@@ -119,9 +119,9 @@ class _TargetBuilder:
             return None
         return SourceSite(self.user_files.display(self.entry.file), self.entry.line)
 
-    def _module_sites(self) -> dict[str, SourceSite]:
+    def _module_sites(self, entry: LoadedEntry) -> dict[str, SourceSite]:
         sites = {}
-        for name, method in self.entry.methods.items():
+        for name, method in entry.methods.items():
             site = definition_site(type(method.module))
             if site[0] is not None and self.user_files.owns(site[0]):
                 sites[name] = SourceSite(
@@ -195,7 +195,7 @@ class _TargetBuilder:
             target=self.target.name,
             inputs_digest=target_inputs_digest(self.config, self.target),
             sources=sources,
-            output=FileStamp.of(Path(result.output)),
+            output=FileStamp.of(Path(result.output or "")),  # every result of run() has one
             method_digests=program.digests if program else {},
             method_lines=program.lines if program else {},
             report=result.to_json(),
@@ -301,8 +301,11 @@ class _TargetBuilder:
     def _blame(self, kind: type[LowerdError], error: Exception, doing: str) -> LowerdError:
         """At the user's innermost frame if the failure passed through one, else at the entry."""
         source = self.user_files.innermost_in_exception(error)
-        file, line = (source.file, source.line) if source else (self.entry.file, self.entry.line)
-        return kind(f"{doing}: {_summary(error)}", file, line)
+        if source is not None:
+            return kind(f"{doing}: {_summary(error)}", source.file, source.line)
+        if self.entry is None:
+            return kind(f"{doing}: {_summary(error)}")
+        return kind(f"{doing}: {_summary(error)}", self.entry.file, self.entry.line)
 
 
 def _previous_reports(

@@ -82,7 +82,8 @@ def method_report(
             record = preprocess.outcome_of_blob(lowered.processed_bytes) if preprocess else None
             nodes = lowered.original_module.graph.nodes
             display = _display(lowered.backend_id)
-            _add_partition(report, display, nodes, record and record.outcome, user_files, modules)
+            outcome = record.outcome if record is not None else None
+            _add_partition(report, display, nodes, outcome, user_files, modules)
         elif not is_bookkeeping(node):
             report.not_delegated.append(_not_delegated(node, user_files, reasons, backend_names))
             modules.append(_module_op(node, delegated=False))
@@ -108,8 +109,8 @@ def partitioned_report(
             nodes = lowered.original_module.graph.nodes
             display = _display(lowered.backend_id)
             _add_partition(report, display, nodes, None, user_files, modules)
-        elif _tag(node) is not None:
-            tagged.setdefault(_tag(node), []).append(node)
+        elif (tag := _tag(node)) is not None:
+            tagged.setdefault(tag, []).append(node)
         elif not is_bookkeeping(node):
             report.not_delegated.append(_not_delegated(node, user_files, reasons, backend_names))
             modules.append(_module_op(node, delegated=False))
@@ -141,7 +142,7 @@ def _delegate_call(
 def _lowered_module(
     graph_module: torch.fx.GraphModule, node: torch.fx.Node
 ) -> LoweredBackendModule | None:
-    if node.op != "get_attr":
+    if node.op != "get_attr" or not isinstance(node.target, str):
         return None
     owner = getattr(graph_module, node.target, None)
     return owner if isinstance(owner, LoweredBackendModule) else None
