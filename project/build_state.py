@@ -61,8 +61,8 @@ class TargetState:
     # method name -> digest of its exported program; lets a re-export skip lowering (issue 3 §2)
     method_digests: dict[str, str] = field(default_factory=dict)
     # method name -> user source line of each exported node, in graph order, to re-map the
-    # report's lines after an edit that moves code without changing the program.
-    # per method, per node in graph order: [file, line] or None (lowering/program_fingerprint.py)
+    # report's lines after an edit that moves code without changing the program ([file, line], or
+    # None for a node without one: lowering/program_fingerprint.py).
     method_lines: dict[str, list[list[Any] | None]] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
 
