@@ -11,8 +11,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from lowerd.project.report_model import coverage_percent
-
 # Groups shown without --all: two lines each, so the refusals of a real model fit a screen.
 SHOWN_GROUPS = 6
 
@@ -145,7 +143,8 @@ def _module_lines(modules: list[dict[str, Any]]) -> list[str]:
         if module.get("instances", 1) > 1:
             label += f" ×{module['instances']}"
         ops, delegated = module["ops"], module["ops_delegated"]
-        percent = f"{coverage_percent(delegated, ops)} %"
+        # The server's percent (ModuleCoverage.percent); none from an older server.
+        percent = f"{module['percent']} %" if module.get("percent") is not None else ""
         cls = module.get("module_class") or ""
         lines.append(f"      {label:<44} {cls:<24} {delegated:>5}/{ops:<5} {percent:>5}")
     return lines

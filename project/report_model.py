@@ -11,7 +11,8 @@ from typing import Any
 # first ones do.
 EARLY_FIXES = 5
 # What MethodReport.to_json() adds to its fields, computed from them (coverage_of): from_json
-# drops them, and fills them again for a report stored before they existed.
+# drops them, and fills them again for a report stored before they existed. Each module row
+# likewise carries its `percent` (ModuleCoverage.to_json / from_json).
 COMPUTED_FIELDS = ("coverage_percent", "summary", "fixes_hint")
 
 
@@ -165,6 +166,19 @@ class ModuleCoverage:
     def coverage(self) -> float:
         return round(self.ops_delegated / self.ops, 4) if self.ops else 0.0
 
+    @property
+    def percent(self) -> int:
+        """The row's percent by the one rounding rule (coverage_percent): what every view shows."""
+        return coverage_percent(self.ops_delegated, self.ops)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "percent": self.percent}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ModuleCoverage:
+        """`percent` is dropped and computed again: a row stored without it reads the same."""
+        return cls(**{key: value for key, value in raw.items() if key != "percent"})
+
 
 @dataclass
 class PartitionSummary:
@@ -230,6 +244,7 @@ class MethodReport:
         facts = self.coverage_facts()
         return {
             **asdict(self),
+            "modules": [module.to_json() for module in self.modules],
             "coverage_percent": facts.percent,
             "summary": facts.summary,
             "fixes_hint": facts.fixes_hint,
@@ -244,7 +259,7 @@ class MethodReport:
                 "partitions": [PartitionSummary(**p) for p in raw.get("partitions", [])],
                 "not_delegated": [_not_delegated(op) for op in raw.get("not_delegated", [])],
                 "refusals": [_refusal(group) for group in raw.get("refusals", [])],
-                "modules": [ModuleCoverage(**m) for m in raw.get("modules", [])],
+                "modules": [ModuleCoverage.from_json(m) for m in raw.get("modules", [])],
             }
         )
 

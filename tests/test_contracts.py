@@ -136,6 +136,19 @@ def test_a_method_reports_computed_fields() -> None:
     assert MethodReport.from_json(old).to_json() == raw
 
 
+def test_each_module_row_carries_its_percent() -> None:
+    report = method_report()
+    report.modules = [ModuleCoverage("", "Net", 271, 270), ModuleCoverage("fc", "Linear", 4, 4)]
+    raw = through_json(report.to_json())
+    # One rounding rule (coverage_percent): 270 of 271 is 99, never 100 unless every op is.
+    assert [row["percent"] for row in raw["modules"]] == [99, 100]
+    assert MethodReport.from_json(raw) == report
+    # A row stored before it carried a percent reads with it filled in.
+    for row in raw["modules"]:
+        del row["percent"]
+    assert MethodReport.from_json(raw).to_json()["modules"][0]["percent"] == 99
+
+
 def test_the_target_coverage_is_over_every_method_most_ops_first() -> None:
     result = built()
     second = method_report()

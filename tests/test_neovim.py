@@ -181,6 +181,9 @@ def test_coverage_as_the_server_words_it(session: tuple[dict[str, Any], str, Pat
     delegated, ops, percent = map(int, sentence.groups())
     assert 0 < delegated < ops  # the cumsum stays on the CPU
     assert int(status.group(1)) == percent < 100
+    # The root module row is the whole method: the server's row percent is the method's.
+    root = next(line for line in result["module_lines"] if line.lstrip().startswith("(model)"))
+    assert root.split()[1:5] == [str(delegated), "of", str(ops), str(percent)], root
 
 
 def test_lua_units(tmp_path: Path):

@@ -197,6 +197,18 @@ def test_table_views(built: dict, project: Path) -> None:
     assert fc.split() == ["fc", "×3", "Linear", "3/3", "100", "%"]
     assert tree.index(fc) > tree.index(next(line for line in tree if "layers.* ×3" in line))
 
+    # A row's percent is the server's (ModuleCoverage.percent), shown as sent.
+    [root_row, *_] = document["targets"][0]["methods"]["forward"]["modules"]
+    root_row.update(ops=271, ops_delegated=270, percent=99)
+
+    def root_line() -> list[str]:
+        tree = format_report(document, 1.0, ReportView(modules=True)).splitlines()
+        return next(line for line in tree if "(root)" in line).split()
+
+    assert root_line() == ["(root)", "Wrapper", "270/271", "99", "%"]
+    del root_row["percent"]  # an older server's row: no percent, none computed here
+    assert root_line() == ["(root)", "Wrapper", "270/271"]
+
 
 def test_collapse_module_paths() -> None:
     paths = [f"m.layers.{i}.{n}" for i in range(4) for n in ("attn_norm", "mlp_norm")]

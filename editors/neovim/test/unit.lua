@@ -163,10 +163,10 @@ local LLAMA = {
   not_delegated = {},
   refusals = { norm_group("aten.add.Scalar", 69, 4), norm_group("aten.mean.dim", 68, 0) },
   modules = {
-    { path = "", module_class = "LlamaForCausalLM", ops = 40, ops_delegated = 32 },
-    { path = "model", module_class = "x.LlamaModel", ops = 38, ops_delegated = 30 },
+    { path = "", module_class = "LlamaForCausalLM", ops = 40, ops_delegated = 32, percent = 80 },
+    { path = "model", module_class = "x.LlamaModel", ops = 38, ops_delegated = 30, percent = 78 },
     { path = "model.layers.*.input_layernorm", module_class = "LlamaRMSNorm", ops = 12, ops_delegated = 4,
-      instances = 4 },
+      instances = 4, percent = 33 },
   },
 }
 for layer = 0, 3 do
@@ -203,6 +203,21 @@ test("summary_chunks and module_lines say what fixing would do and coverage per 
     "",
   })
   equal(report.module_lines(RESULT)[2], "  (no per-module coverage in this report)")
+end)
+
+test("module_lines show each row's percent as the server sent it, computing none", function()
+  local function rows(modules)
+    local method = vim.tbl_extend("force", LLAMA, { modules = modules })
+    return report.module_lines({ targets = { { name = "t", status = "ok", methods = { forward = method } } } })
+  end
+  -- 270 of 271: the server's 99, never 100 % unless every op is delegated.
+  equal(rows({ { path = "", module_class = "Net", ops = 271, ops_delegated = 270, percent = 99 } })[2],
+    "  (model)  270 of 271   99 %  Net")
+  -- The server's number, not one made here from the counts.
+  equal(rows({ { path = "", ops = 4, ops_delegated = 3, percent = 42 } })[2], "  (model)  3 of 4   42 %  ")
+  -- An older server's row has no percent: its counts, the percent left blank.
+  equal(rows({ { path = "", module_class = "Net", ops = 4, ops_delegated = 3 } })[2],
+    "  (model)  3 of 4         Net")
 end)
 
 test("related_items turns lowerd's relatedInformation into location-list items", function()

@@ -58,18 +58,6 @@ export function targetsTouching(report: Report, root: string, file: string): Tar
 }
 
 /**
- * A module row's percent: the server sends each method's and target's percent but not one per
- * module row, so this rounds the row's counts by the server's rule (down, 100 only when every
- * op is delegated).
- */
-export function percentOf(delegated: number, ops: number): number {
-  if (ops <= 0 || delegated >= ops) {
-    return ops <= 0 ? 0 : 100;
-  }
-  return Math.floor((delegated / ops) * 100);
-}
-
-/**
  * "forward: 231 of 271 ops on XNNPACK in 42 partitions (85 %)": the method's name and the
  * server's sentence; the name alone from an older server that sends none.
  */

@@ -65,6 +65,11 @@ export interface ModuleCoverage {
   opsDelegated: number;
   /** Module paths merged into this row: 4 for model.layers.* of 4 layers. */
   instances: number;
+  /**
+   * The server's percent of the row (`percent`, rounded so that 100 means every op is
+   * delegated); null from an older server.
+   */
+  percent: number | null;
 }
 
 export interface Partition {
@@ -236,6 +241,7 @@ function parseModule(value: unknown): ModuleCoverage {
     ops: asNumber(raw.ops),
     opsDelegated: asNumber(raw.ops_delegated),
     instances: asNumber(raw.instances, 1),
+    percent: asNullableNumber(raw.percent),
   };
 }
 

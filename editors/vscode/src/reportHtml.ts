@@ -7,7 +7,7 @@
 
 import * as path from "node:path";
 
-import { methodLine, percentOf } from "./coverage";
+import { methodLine } from "./coverage";
 import {
   isBuilt,
   type LibraryFrame,
@@ -191,15 +191,18 @@ function modulesTable(modules: ModuleCoverage[]): string {
   const listed = new Set(modules.map((module) => module.path));
   const rows = modules.map((module) => {
     const depth = depthAmong(module.path, listed);
-    // The server sends no percent per module row: its counts, rounded by the server's rule.
-    const percent = percentOf(module.opsDelegated, module.ops);
     const name = module.path === "" ? "(model)" : module.path;
-    const full = module.ops > 0 && module.opsDelegated >= module.ops;
+    // The server's percent of the row, shown as sent: 100 only when every op is delegated.
+    const percent = module.percent === null ? null : Math.max(0, Math.min(100, module.percent));
+    const bar =
+      percent === null
+        ? ""
+        : `<div class="bar small"><div class="fill" style="width:${percent}%"></div></div>`;
     return (
-      `<tr${full ? ` class="full"` : ""}><td style="padding-left:${depth}em"><code>${escapeHtml(name)}</code></td>` +
+      `<tr${percent === 100 ? ` class="full"` : ""}><td style="padding-left:${depth}em"><code>${escapeHtml(name)}</code></td>` +
       `<td>${escapeHtml(shortClass(module.moduleClass) ?? "")}${module.instances > 1 ? ` ×${module.instances}` : ""}</td>` +
-      `<td class="num">${module.opsDelegated} of ${module.ops}</td><td class="num">${percent} %</td>` +
-      `<td><div class="bar small"><div class="fill" style="width:${percent}%"></div></div></td></tr>`
+      `<td class="num">${module.opsDelegated} of ${module.ops}</td>` +
+      `<td class="num">${percent === null ? "" : `${percent} %`}</td><td>${bar}</td></tr>`
     );
   });
   return (

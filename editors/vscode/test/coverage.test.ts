@@ -1,17 +1,8 @@
 import { describe, expect, it } from "vitest";
 
-import { filesOf, lowestCoverage, methodLine, percentOf, targetsTouching } from "../src/coverage";
+import { filesOf, lowestCoverage, methodLine, targetsTouching } from "../src/coverage";
 import { parseMethod, parseTarget } from "../src/report";
 import { fixtureReport, ROOT } from "./fixture";
-
-describe("percentOf (module rows only: the server sends no percent per row)", () => {
-  it("rounds down so that 100 % means every op, as the server does", () => {
-    expect(percentOf(231, 271)).toBe(85);
-    expect(percentOf(999, 1000)).toBe(99);
-    expect(percentOf(4, 4)).toBe(100);
-    expect(percentOf(0, 0)).toBe(0);
-  });
-});
 
 describe("targetsTouching", () => {
   const report = fixtureReport();

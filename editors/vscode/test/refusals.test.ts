@@ -63,10 +63,10 @@ const METHOD = {
     group("aten.mean.dim", MEAN, 68, 0),
   ],
   modules: [
-    { path: "", module_class: "LlamaForCausalLM", ops: 40, ops_delegated: 32 },
-    { path: "model", module_class: "LlamaModel", ops: 38, ops_delegated: 30 },
-    { path: "model.layers.*.input_layernorm", module_class: "LlamaRMSNorm", ops: 12, ops_delegated: 4, instances: 4 },
-    { path: "model.layers.*.mlp", module_class: "LlamaMLP", ops: 8, ops_delegated: 8, instances: 4 },
+    { path: "", module_class: "LlamaForCausalLM", ops: 40, ops_delegated: 32, percent: 80 },
+    { path: "model", module_class: "LlamaModel", ops: 38, ops_delegated: 30, percent: 78 },
+    { path: "model.layers.*.input_layernorm", module_class: "LlamaRMSNorm", ops: 12, ops_delegated: 4, instances: 4, percent: 33 },
+    { path: "model.layers.*.mlp", module_class: "LlamaMLP", ops: 8, ops_delegated: 8, instances: 4, percent: 100 },
   ],
   final: true,
   provisional: false,
@@ -101,6 +101,7 @@ describe("parsing issue 11's fields", () => {
       ops: 12,
       opsDelegated: 4,
       instances: 4,
+      percent: 33,
     });
     expect(method.modules[0]!.instances).toBe(1); // an older server's row: one module
   });
@@ -180,6 +181,26 @@ describe("the report page", () => {
     expect(html).toContain("<code>(model)</code>");
   });
 
+  it("shows each module row's percent as the server sent it, computing none", () => {
+    const page = (modules: unknown[]): string =>
+      renderReportPage(parseReport({ targets: [{ name: "t", status: "ok", methods: { forward: { ...METHOD, modules } } }] }), {
+        cspSource: null,
+        nonce: "n",
+        projectName: "p",
+      });
+    const nearly = page([{ path: "", module_class: "Net", ops: 271, ops_delegated: 270, percent: 99 }]);
+    expect(nearly).toContain('<td class="num">270 of 271</td><td class="num">99 %</td>'); // never 100 % unless every op is
+    expect(nearly).toContain('<div class="fill" style="width:99%">');
+    expect(nearly).not.toContain('<tr class="full">');
+    // The server's number, not one made here from the counts.
+    expect(page([{ path: "", ops: 4, ops_delegated: 3, percent: 42 }])).toContain('<td class="num">42 %</td>');
+    // An older server's row has no percent: its counts only, no percent, no bar.
+    const old = page([{ path: "", module_class: "Net", ops: 4, ops_delegated: 3 }]);
+    expect(parseMethod({ modules: [{ path: "", ops: 4, ops_delegated: 3 }] }).modules[0]!.percent).toBeNull();
+    expect(old).toContain('<td class="num">3 of 4</td><td class="num"></td><td></td></tr>');
+    expect(old).not.toContain('class="bar small"');
+  });
+
   it("shows an older server's report as before: each op, no module table", () => {
     const old = renderReportPage(
       parseReport({
@@ -220,6 +241,8 @@ describe("a real report: transformers' Llama", () => {
     expect(method.notDelegated.every((op) => op.library !== null && op.modulePath !== null)).toBe(true);
     expect(method.modules[0]).toMatchObject({ path: "", moduleClass: "Logits", instances: 1 });
     expect(method.modules.find((m) => m.path === "model.model.layers.*")?.instances).toBe(2);
+    expect(method.modules.find((m) => m.path === "model.model.layers.*.mlp")?.percent).toBe(100);
+    expect(method.modules.find((m) => m.path === "model.model.norm")?.percent).toBe(83); // 5 of 6
     expect(method.coveragePercent).toBe(62);
     expect(method.summary).toBe("130 of 208 ops on XNNPACK in 13 partitions (62 %)");
   });

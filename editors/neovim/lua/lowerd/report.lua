@@ -35,18 +35,6 @@ function M.method_line(name, method)
   return type(hint) == "string" and (line .. "; " .. hint) or line
 end
 
--- A module row's percent: the server sends each method's and target's percent but none per
--- module row, so its counts are rounded by the server's rule (down, 100 only when every op is).
-local function row_percent(delegated, ops)
-  if ops <= 0 then
-    return 0
-  end
-  if delegated >= ops then
-    return 100
-  end
-  return math.floor(delegated * 100 / ops)
-end
-
 local function absolute(root, file)
   if file:sub(1, 1) == "/" then
     return file
@@ -192,7 +180,7 @@ function M.causes(method)
 end
 
 -- The report's per-module coverage as text lines, per target and method: each module under its
--- listed parents, with its class and delegated ops.
+-- listed parents, with its class, delegated ops and the server's percent of the row.
 function M.module_lines(result)
   local lines = {}
   for _, target in ipairs(targets(result)) do
@@ -227,13 +215,15 @@ function M.module_lines(result)
         local instances = value(module.instances) or 1
         local class = (short_class(module.module_class) or "")
           .. (instances > 1 and (" ×" .. instances) or "")
-        table.insert(rows, { label = label, class = class,
-          counts = counts, percent = row_percent(delegated, ops) })
+        -- The server's percent of the row, as sent; blank from an older server that sends none.
+        local percent = value(module.percent)
+        table.insert(rows, { label = label, class = class, counts = counts,
+          percent = type(percent) == "number" and string.format("%3d %%", percent) or "     " })
       end
       for _, row in ipairs(rows) do
         local pad = string.rep(" ", width - vim.fn.strdisplaywidth(row.label) + 2)
           .. string.rep(" ", counts_width - #row.counts)
-        table.insert(lines, string.format("%s%s%s  %3d %%  %s", row.label, pad, row.counts,
+        table.insert(lines, string.format("%s%s%s  %s  %s", row.label, pad, row.counts,
           row.percent, row.class))
       end
       if #modules == 0 then
