@@ -3,8 +3,10 @@ recomputed, and no memo where exactness cannot be shown."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import pytest
 import torch
 from torchao.quantization.pt2e.observer import HistogramObserver
 
@@ -28,13 +30,33 @@ def build(config: ProjectConfig, store: BlobStore) -> TargetResult:
     return result
 
 
-def test_a_head_edit_serves_the_backbone_searches_and_equals_stock(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory: pytest.TempPathFactory) -> tuple[TargetResult, Path]:
+    """qnet built once on a cold cache: the result, which the tests only read, and the cache,
+    which each test copies."""
+    folder = tmp_path_factory.mktemp("cold")
+    project = copy_project(PROJECTS / "quantized", folder / "quantized")
+    result = build(load_config(project / "pyproject.toml"), BlobStore(folder / "cache"))
+    forget_project_modules(project)
+    return result, folder / "cache"
+
+
+def project_after(
+    cold: tuple[TargetResult, Path], tmp_path: Path
+) -> tuple[ProjectConfig, BlobStore]:
+    """A fresh copy of the project, and of the cache its cold build filled."""
     project = copy_project(PROJECTS / "quantized", tmp_path / "quantized")
-    config = load_config(project / "pyproject.toml")
-    store = BlobStore(tmp_path / "cache")
-    cold = build(config, store)
-    searches = sum(cold.memo["qparams"].values())
-    assert cold.memo["qparams"]["misses"] > 0
+    store = BlobStore(shutil.copytree(cold[1], tmp_path / "cache"))
+    return load_config(project / "pyproject.toml"), store
+
+
+def test_a_head_edit_serves_the_backbone_searches_and_equals_stock(
+    cold: tuple[TargetResult, Path], tmp_path: Path
+) -> None:
+    config, store = project_after(cold, tmp_path)
+    project, first = config.root, cold[0]
+    searches = sum(first.memo["qparams"].values())
+    assert first.memo["qparams"]["misses"] > 0
 
     model = project / "models" / "qnet.py"
     edited = model.read_text().replace("HEAD_ACTIVATION = None", "HEAD_ACTIVATION = torch.relu")
@@ -43,17 +65,15 @@ def test_a_head_edit_serves_the_backbone_searches_and_equals_stock(tmp_path: Pat
 
     counts = after_edit.memo["qparams"]
     assert counts["hits"] >= searches - 2, counts  # only the head's observers saw new values
-    assert after_edit.sha256 != cold.sha256
+    assert after_edit.sha256 != first.sha256
     assert after_edit.sha256 == sha256(stock_pte(project, ENTRY, ["xnnpack"]))
 
 
 def test_a_corrupt_memo_entry_is_recomputed_and_the_pte_still_equals_stock(
-    tmp_path: Path,
+    cold: tuple[TargetResult, Path], tmp_path: Path
 ) -> None:
-    project = copy_project(PROJECTS / "quantized", tmp_path / "quantized")
-    config = load_config(project / "pyproject.toml")
-    store = BlobStore(tmp_path / "cache")
-    cold = build(config, store)
+    config, store = project_after(cold, tmp_path)
+    project, first = config.root, cold[0]
     entries = sorted((tmp_path / "cache").rglob(f"*.{MEMO_KIND}"))
     assert entries
     for entry in entries:  # a flipped bit in each stored result
@@ -64,7 +84,7 @@ def test_a_corrupt_memo_entry_is_recomputed_and_the_pte_still_equals_stock(
     again = build(config, store)
 
     assert again.memo["qparams"]["misses"] >= len(entries)
-    assert again.sha256 == cold.sha256 == sha256(stock_pte(project, ENTRY, ["xnnpack"]))
+    assert again.sha256 == first.sha256 == sha256(stock_pte(project, ENTRY, ["xnnpack"]))
 
 
 class _TunedObserver(HistogramObserver):
