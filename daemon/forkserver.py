@@ -8,8 +8,9 @@ importlib.reload, and no state left over from the previous build. The fork serve
 runs user code.
 
 messages in:  {"op": "build", ...} (protocol.WorkerJob) + pipe fd, {"op": "preload", "modules"}
+              (protocol.PreloadRequest)
 messages out: {"op": "ready"}, {"op": "started", "id", "pid"}, {"op": "exited", "id", "status"},
-              {"op": "preloaded", "imported", "cold", "tainted"}
+              {"op": "preloaded", "imported", "cold", "tainted"} (protocol.ForkServerMessage)
 worker events (on the pipe, daemon/protocol.py): progress..., partitioned..., libraries,
 peak_rss, then the result
 """
@@ -27,8 +28,9 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 import msgpack
 
@@ -36,14 +38,23 @@ from lowerd.daemon.frames import write_frame
 from lowerd.daemon.kill import kill_worker
 from lowerd.daemon.libraries import imported_libraries
 from lowerd.daemon.protocol import (
+    ExitedMessage,
+    ForkServerMessage,
     LibrariesEvent,
     PartitionedEvent,
     PeakRssEvent,
+    PreloadedMessage,
+    PreloadRequest,
     ProgressEvent,
+    ProtocolError,
+    ReadyMessage,
     ResultEvent,
+    StartedMessage,
     WorkerEvent,
     WorkerJob,
+    parse_fork_server_request,
 )
+from lowerd.project.backends import Backend
 from lowerd.project.result import ErrorInfo, TargetResult
 
 MAX_MESSAGE = 64 * 1024
@@ -69,7 +80,7 @@ def main() -> None:
     # in the workers (a full collection over torch's objects costs ~0.2 s), and unshared.
     gc.collect()
     gc.freeze()
-    _send(channel, {"op": "ready"})
+    _send(channel, ReadyMessage())
     # Serving, it notices the daemon's end on its channel and kills its workers first, which a
     # SIGKILL would leave running.
     _set_parent_death_signal(0)
@@ -129,7 +140,7 @@ def _preload(backends: list[str]) -> None:
     _lower_once([BACKENDS[name] for name in backends if name in BACKENDS])
 
 
-def _lower_once(backends: list) -> None:
+def _lower_once(backends: list[Backend]) -> None:
     """Lower a one-op model: the first lowering in a process pays seconds of lazy imports and
     one-time set-up inside torch.export and ExecuTorch; done here, every fork starts past it."""
     import torch
@@ -165,19 +176,21 @@ def _serve(channel: socket.socket) -> None:
             for pid in running:
                 kill_worker(pid)
             return
-        request = msgpack.unpackb(data, raw=False)
-        if request.get("op") == "build" and fds:
-            job = WorkerJob.from_frame(request)
-            pid = fork_worker(job, fds[0], inherited=channel)
-            running[pid] = job.id
-            _send(channel, {"op": "started", "id": job.id, "pid": pid})
-        elif request.get("op") == "preload":
-            _send(channel, {"op": "preloaded", **_import_libraries(request.get("modules", []))})
+        try:
+            request = parse_fork_server_request(msgpack.unpackb(data, raw=False))
+        except (ProtocolError, ValueError):  # no daemon sends it: nothing to answer
+            request = None
+        if isinstance(request, WorkerJob) and fds:
+            pid = fork_worker(request, fds[0], inherited=channel)
+            running[pid] = request.id
+            _send(channel, StartedMessage(request.id, pid))
+        elif isinstance(request, PreloadRequest):
+            _send(channel, _import_libraries(list(request.modules)))
         for fd in fds:
             os.close(fd)
 
 
-def _import_libraries(names: list[str]) -> dict[str, Any]:
+def _import_libraries(names: list[str]) -> PreloadedMessage:
     """Import installed libraries a build used, so that the next forks start with them.
 
     As in the warm-up, on one thread: a parallel op run by an import would start OpenMP's pool,
@@ -195,10 +208,10 @@ def _import_libraries(names: list[str]) -> dict[str, Any]:
     gc.collect()
     gc.freeze()  # as after the warm-up: the workers never scan what the server holds
     tainted = _threads_across_a_fork() > threads_before
-    return {"imported": imported, "cold": names[len(safe) :], "tainted": tainted}
+    return PreloadedMessage(imported, tuple(names[len(safe) :]), tainted)
 
 
-def _on_one_thread(run: Any, names: list[str]) -> int:
+def _on_one_thread(run: Callable[[list[str]], int], names: list[str]) -> int:
     import torch
 
     threads = torch.get_num_threads()
@@ -287,7 +300,7 @@ def _reap(channel: socket.socket, running: dict[int, int]) -> None:
             return
         build_id = running.pop(pid, None)
         if build_id is not None:
-            _send(channel, {"op": "exited", "id": build_id, "status": status})
+            _send(channel, ExitedMessage(build_id, status))
 
 
 def fork_worker(job: WorkerJob, fd: int, inherited: socket.socket | None = None) -> int:
@@ -349,7 +362,7 @@ def _flush_output() -> None:
         pass
 
 
-def _build(job: WorkerJob, events: Any) -> None:
+def _build(job: WorkerJob, events: BinaryIO) -> None:
     from lowerd.lowering.build import build_target
     from lowerd.project.config import load_config
     from lowerd.project.errors import LowerdError
@@ -446,8 +459,8 @@ def _config_failure(job: WorkerJob, error: Exception) -> TargetResult:
     return TargetResult.failed(job.target, "config-error", message, job.config)
 
 
-def _send(channel: socket.socket, message: dict[str, Any]) -> None:
-    channel.send(msgpack.packb(message, use_bin_type=True))
+def _send(channel: socket.socket, message: ForkServerMessage) -> None:
+    channel.send(msgpack.packb(message.to_frame(), use_bin_type=True))
 
 
 if __name__ == "__main__":

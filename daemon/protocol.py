@@ -16,6 +16,13 @@ cli/build_command.py read), in this order:
     {"type": "progress", "stage", "detail"}...  {"type": "partitioned", "method", "report"}...
     {"type": "libraries", "modules"}  {"type": "peak_rss", "bytes"}  {"type": "result", "result"}
 
+The fork server's channel (daemon/workers.py <-> daemon/forkserver.py, one message a packet):
+
+    to it:    {"op": "build", ...} (WorkerJob, with the event pipe's fd)
+              {"op": "preload", "modules"}
+    from it:  {"op": "ready"}  {"op": "started", "id", "pid"}  {"op": "exited", "id", "status"}
+              {"op": "preloaded", "imported", "cold", "tainted"}
+
 What a worker is asked to build (the fork server's "build" message, and cli/build_command.py's
 in-process fork): WorkerJob.
 
@@ -360,3 +367,145 @@ def parse_event(frame: Mapping[str, Any]) -> WorkerEvent:
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise ProtocolError(f"malformed {kind} event: {error!r}") from error
     raise ProtocolError(f"type: unknown worker event {kind!r}")
+
+
+# The fork server's channel (daemon/workers.py <-> daemon/forkserver.py) -------------------------
+
+
+@dataclass(frozen=True)
+class PreloadRequest:
+    """Import these installed libraries between builds, so that the next forks start with them
+    (daemon/libraries.py)."""
+
+    modules: tuple[str, ...]
+    op: Literal["preload"] = field(default="preload", init=False)
+
+    def to_frame(self) -> Frame:
+        return {"op": "preload", "modules": list(self.modules)}
+
+    @classmethod
+    def from_frame(cls, frame: Mapping[str, Any]) -> PreloadRequest:
+        return cls(tuple(str(m) for m in frame.get("modules") or []))
+
+
+ForkServerRequest = WorkerJob | PreloadRequest
+
+
+def parse_fork_server_request(raw: object) -> ForkServerRequest:
+    """A message to the fork server as its type; ProtocolError for one no daemon sends."""
+    frame = _map(raw)
+    op = frame.get("op")
+    try:
+        if op == "build":
+            return WorkerJob.from_frame(frame)
+        if op == "preload":
+            return PreloadRequest.from_frame(frame)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ProtocolError(f"malformed {op} request: {error!r}") from error
+    raise ProtocolError(f"op: unknown fork server request {op!r}")
+
+
+@dataclass(frozen=True)
+class ReadyMessage:
+    """Warm (torch, ExecuTorch imported, one model lowered): from now on it reads its channel."""
+
+    op: Literal["ready"] = field(default="ready", init=False)
+
+    @property
+    def id(self) -> int:
+        return 0
+
+    def to_frame(self) -> Frame:
+        return {"op": "ready"}
+
+    @classmethod
+    def from_frame(cls, frame: Mapping[str, Any]) -> ReadyMessage:
+        return cls()
+
+
+@dataclass(frozen=True)
+class StartedMessage:
+    """The worker of build `id` was forked: its pid, which the daemon kills to end the build."""
+
+    id: int
+    pid: int
+    op: Literal["started"] = field(default="started", init=False)
+
+    def to_frame(self) -> Frame:
+        return {"op": "started", "id": self.id, "pid": self.pid}
+
+    @classmethod
+    def from_frame(cls, frame: Mapping[str, Any]) -> StartedMessage:
+        return cls(int(frame["id"]), int(frame["pid"]))
+
+
+@dataclass(frozen=True)
+class ExitedMessage:
+    """The worker of build `id` ended: its wait() status (workers.exit_message reads it)."""
+
+    id: int
+    status: int
+    op: Literal["exited"] = field(default="exited", init=False)
+
+    def to_frame(self) -> Frame:
+        return {"op": "exited", "id": self.id, "status": self.status}
+
+    @classmethod
+    def from_frame(cls, frame: Mapping[str, Any]) -> ExitedMessage:
+        return cls(int(frame["id"]), int(frame["status"]))
+
+
+@dataclass(frozen=True)
+class PreloadedMessage:
+    """A preload's answer: how many of the libraries it imported, those it left cold (their
+    import would start a thread a fork copies), and whether it has such a thread anyway."""
+
+    imported: int
+    cold: tuple[str, ...] = ()
+    tainted: bool = False
+    op: Literal["preloaded"] = field(default="preloaded", init=False)
+
+    @property
+    def id(self) -> int:
+        return 0
+
+    def to_frame(self) -> Frame:
+        return {
+            "op": "preloaded",
+            "imported": self.imported,
+            "cold": list(self.cold),
+            "tainted": self.tainted,
+        }
+
+    @classmethod
+    def from_frame(cls, frame: Mapping[str, Any]) -> PreloadedMessage:
+        cold = tuple(str(m) for m in frame.get("cold") or [])
+        return cls(int(frame.get("imported") or 0), cold, bool(frame.get("tainted", False)))
+
+
+ForkServerMessage = ReadyMessage | StartedMessage | ExitedMessage | PreloadedMessage
+
+_FORK_SERVER_MESSAGES: dict[str, type[ForkServerMessage]] = {
+    "ready": ReadyMessage,
+    "started": StartedMessage,
+    "exited": ExitedMessage,
+    "preloaded": PreloadedMessage,
+}
+
+
+def parse_fork_server_message(raw: object) -> ForkServerMessage:
+    """A message from the fork server as its type; ProtocolError for one it never sends."""
+    frame = _map(raw)
+    kind = _FORK_SERVER_MESSAGES.get(str(frame.get("op")))
+    if kind is None:
+        raise ProtocolError(f"op: unknown fork server message {frame.get('op')!r}")
+    try:
+        return kind.from_frame(frame)
+    except (KeyError, TypeError, ValueError) as error:
+        raise ProtocolError(f"malformed {frame.get('op')} message: {error!r}") from error
+
+
+def _map(raw: object) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise ProtocolError(f"expected a map, got {type(raw).__name__}")
+    return raw

@@ -27,12 +27,19 @@ from lowerd.daemon.frames import FrameError, read_frame_async
 from lowerd.daemon.kill import kill_worker
 from lowerd.daemon.libraries import environment_stamp
 from lowerd.daemon.protocol import (
+    ExitedMessage,
+    ForkServerMessage,
     LibrariesEvent,
+    PreloadedMessage,
+    PreloadRequest,
     ProtocolError,
+    ReadyMessage,
     ResultEvent,
+    StartedMessage,
     WorkerEvent,
     WorkerJob,
     parse_event,
+    parse_fork_server_message,
 )
 from lowerd.daemon.tasks import spawn
 from lowerd.project.result import TargetResult
@@ -150,7 +157,9 @@ class WorkerPool:
                     on_event(event)
 
             try:
-                handle.pid = (await started)["pid"]
+                message = await started
+                if isinstance(message, StartedMessage):  # what `started` waits for
+                    handle.pid = message.pid
                 if handle.ended_by:  # cancelled while the fork was on its way
                     self._kill(handle)
                 timer = self._arm_timeout(handle)
@@ -190,12 +199,13 @@ class WorkerPool:
 class _ForkServer:
     """The daemon's side of one fork-server process."""
 
-    def __init__(self, process: subprocess.Popen, channel: socket.socket):
+    def __init__(self, process: subprocess.Popen[bytes], channel: socket.socket):
         self.process = process
         self.channel = channel
         self.closed = False
         self.warm = False  # it said "ready": from then on it reads its channel
-        self._waiting: dict[tuple[str, int], asyncio.Future] = {}
+        # Answers awaited, by (op, build id): "started" and "exited" per build, "ready" once.
+        self._waiting: dict[tuple[str, int], asyncio.Future[ForkServerMessage]] = {}
         self._exits: dict[int, int] = {}
         # daemon/libraries.py: what it was asked to import, and what the environment was then.
         self.environment = environment_stamp()
@@ -253,11 +263,12 @@ class _ForkServer:
         self._last_preload = tuple(new)
         for chunk in _chunks(new, PRELOAD_MESSAGE_BYTES):
             try:
-                self.channel.send(msgpack.packb({"op": "preload", "modules": chunk}))
+                self.channel.send(msgpack.packb(PreloadRequest(tuple(chunk)).to_frame()))
             except OSError:  # its queue is full or it is gone: those stay cold, nothing breaks
                 return
 
-    def fork(self, handle: BuildHandle, write_end: int) -> asyncio.Future:
+    def fork(self, handle: BuildHandle, write_end: int) -> asyncio.Future[ForkServerMessage]:
+        """Asks for the build's worker; the future is its "started" message, with the pid."""
         request = handle.request
         job = WorkerJob(
             config=request.config_path,
@@ -297,8 +308,8 @@ class _ForkServer:
             self.process.kill()
             await asyncio.to_thread(self.process.wait)
 
-    def _expect(self, op: str, build_id: int) -> asyncio.Future:
-        future = asyncio.get_running_loop().create_future()
+    def _expect(self, op: str, build_id: int) -> asyncio.Future[ForkServerMessage]:
+        future: asyncio.Future[ForkServerMessage] = asyncio.get_running_loop().create_future()
         # An answer nobody awaits any more (the server died first) must not log an error.
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._waiting[(op, build_id)] = future
@@ -311,19 +322,20 @@ class _ForkServer:
                 data = await loop.sock_recv(self.channel, 65536)
                 if not data:
                     break
-                message = msgpack.unpackb(data, raw=False)
-                if message["op"] == "ready":
+                message = parse_fork_server_message(msgpack.unpackb(data, raw=False))
+                if isinstance(message, ReadyMessage):
                     self.warm = True
-                if message["op"] == "exited":
-                    self._exits[message["id"]] = message["status"]
-                if message["op"] == "preloaded":
-                    self.cold.update(message.get("cold", []))
-                    if message.get("tainted"):
+                elif isinstance(message, ExitedMessage):
+                    self._exits[message.id] = message.status
+                elif isinstance(message, PreloadedMessage):
+                    self.cold.update(message.cold)
+                    if message.tainted:
                         self.tainted_by = self._last_preload
-                waiting = self._waiting.pop((message["op"], message.get("id", 0)), None)
+                waiting = self._waiting.pop((message.op, message.id), None)
                 if waiting and not waiting.done():
                     waiting.set_result(message)
-        except (OSError, asyncio.CancelledError):
+        # A message it never sends: its channel is not to be trusted, as if it had ended.
+        except (OSError, ProtocolError, ValueError, asyncio.CancelledError):
             pass
         finally:
             self.closed = True

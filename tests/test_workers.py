@@ -12,10 +12,22 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgpack
 import pytest
 import pytest_asyncio
 
 from lowerd.daemon.libraries import library_roots
+from lowerd.daemon.protocol import (
+    ExitedMessage,
+    PreloadedMessage,
+    PreloadRequest,
+    ProtocolError,
+    ReadyMessage,
+    StartedMessage,
+    WorkerJob,
+    parse_fork_server_message,
+    parse_fork_server_request,
+)
 from lowerd.daemon.workers import BuildRequest, WorkerPool
 
 from helpers import DEADLINE
@@ -204,7 +216,7 @@ import json, sys
 from lowerd.daemon.forkserver import _import_libraries, _thread_count
 names = sys.argv[1:]
 threads = _thread_count()
-reply = _import_libraries(names)
+reply = _import_libraries(names).to_frame()
 reply["loaded"] = [m for m in names if m in sys.modules]
 reply["threads_added"] = _thread_count() - threads
 print(json.dumps(reply))
@@ -258,3 +270,37 @@ def test_a_library_that_retires_its_thread_before_a_fork_is_kept_warm(tmp_path: 
     assert reply["imported"] == 3, reply
     assert reply["loaded"] == ["iniconfig", "retires_its_thread", "pluggy"], reply
     assert reply["cold"] == [] and reply["tainted"] is False, reply
+
+
+# The fork server's channel, typed on both ends (daemon/protocol.py).
+
+
+def test_the_fork_server_channels_messages_read_back_as_sent() -> None:
+    def wire(frame: dict) -> object:
+        return msgpack.unpackb(msgpack.packb(frame, use_bin_type=True), raw=False)
+
+    job = WorkerJob("/p/pyproject.toml", "net", 7, 2**30, False, ("vulkan",), True)
+    for request in (job, PreloadRequest(("numpy", "transformers"))):
+        assert parse_fork_server_request(wire(request.to_frame())) == request
+    messages = [
+        ReadyMessage(),
+        StartedMessage(7, 4242),
+        ExitedMessage(7, 9),
+        PreloadedMessage(2, ("starts_a_thread",), True),
+    ]
+    for message in messages:
+        assert parse_fork_server_message(wire(message.to_frame())) == message
+    # The documented frames (daemon/forkserver.py), unchanged.
+    assert [m.to_frame() for m in messages] == [
+        {"op": "ready"},
+        {"op": "started", "id": 7, "pid": 4242},
+        {"op": "exited", "id": 7, "status": 9},
+        {"op": "preloaded", "imported": 2, "cold": ["starts_a_thread"], "tainted": True},
+    ]
+    assert PreloadRequest(("numpy",)).to_frame() == {"op": "preload", "modules": ["numpy"]}
+    with pytest.raises(ProtocolError, match="unknown"):
+        parse_fork_server_message({"op": "finished"})
+    with pytest.raises(ProtocolError, match="malformed started"):
+        parse_fork_server_message({"op": "started", "id": 7})
+    with pytest.raises(ProtocolError, match="expected a map"):
+        parse_fork_server_request([1, 2])
