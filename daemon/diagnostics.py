@@ -1,19 +1,19 @@
 """What the editor shows for a build result: diagnostics per file, code lens titles, hover text.
 
-Pure functions of the build result JSON (lowerd.project.result.TargetResult.to_json(), whose
-files are relative to the project root) and of the source lines they point at. No LSP I/O and
-no torch: the server decides when to publish, this module decides what. The coverage sentence,
-its percent and the fixes hint are the report's own (`summary`, `coverage_percent`,
-`fixes_hint`: project/report_model.py coverage_of): shown here, never computed.
+Pure functions of a build's TargetResult (project/result.py; its files are relative to the
+project root), its MethodReports (project/report_model.py) and of the source lines they point
+at. No LSP I/O and no torch: the server decides when to publish, this module decides what. The
+coverage sentence, its percent and the fixes hint are the report's own (MethodReport.summary,
+.coverage_percent, .fixes_hint: report_model.coverage_of): shown here, never computed.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from lsprotocol import types
 from pygls.uris import from_fs_path
@@ -21,6 +21,8 @@ from pygls.uris import from_fs_path
 from lowerd.daemon.entry_site import Site
 from lowerd.daemon.settings import Severity
 from lowerd.project.module_paths import collapse_module_paths
+from lowerd.project.report_model import Frame, MethodReport, NotDelegatedOp, RefusalGroup
+from lowerd.project.result import ErrorInfo, TargetResult
 
 SOURCE = "lowerd"
 NOT_DELEGATED = "not-delegated"
@@ -47,7 +49,7 @@ SEVERITIES: dict[Severity, types.DiagnosticSeverity] = {
 LineReader = Callable[[Path], Sequence[str]]
 FileDiagnostics = dict[Path, list[types.Diagnostic]]
 
-_CACHE_WORDS = {
+_CACHE_WORDS: dict[str | None, str] = {
     "hit": "cache hit",
     "rebased": "cache hit (rebased)",
     "miss": "cache miss",
@@ -63,18 +65,29 @@ def read_lines_from_disk(path: Path) -> Sequence[str]:
         return []
 
 
-def site_of(raw: Mapping[str, Any] | None, root: Path) -> Site | None:
-    """A report's {"file", "line"}, its file relative to the root (or absolute), as a Site."""
-    if not raw or raw.get("file") is None:
+class Located(Protocol):
+    """What a report places in a file: an op, a library frame, an error, a definition. The file
+    is relative to the project root (or absolute)."""
+
+    @property
+    def file(self) -> str | None: ...
+
+    @property
+    def line(self) -> int | None: ...
+
+
+def site_of(where: Located | None, root: Path) -> Site | None:
+    """Where a report places something, as a Site (line 1 when it names no line)."""
+    if where is None or where.file is None:
         return None
-    return Site(root / raw["file"], raw.get("line") or 1)
+    return Site(root / where.file, where.line or 1)
 
 
 # Diagnostics ---------------------------------------------------------------------------------
 
 
 def result_diagnostics(
-    result: Mapping[str, Any],
+    result: TargetResult,
     root: Path,
     entry: Site | None,
     severity: Severity,
@@ -85,28 +98,27 @@ def result_diagnostics(
     `entry` is where the target's entry function is when the result does not say (a worker that
     crashed reports no location); an error without a location of its own is shown there.
     """
-    target = result["name"]
-    entry = site_of(result.get("entry"), root) or entry
+    target = result.name
+    entry = site_of(result.entry, root) or entry
     lines = _read_once(lines)  # a library file many warnings link to is read once
     found: FileDiagnostics = {}
-    if result.get("status") == "error" and result.get("error"):
-        error = result["error"]
+    if not result.ok and result.error is not None:
+        error = result.error
         site = site_of(error, root) or entry
-        if site is not None and error.get("kind") != CANCELLED:
+        if site is not None and error.kind != CANCELLED:
             _add(found, site, error_diagnostic(site, error, target, lines))
         return found
-    modules = result.get("modules") or {}
-    for method, report in (result.get("methods") or {}).items():
+    for method, report in result.methods.items():
         # The last build's report shown while an edit lowers: said so on every line it puts up.
-        note = PROVISIONAL_NOTE if report.get("provisional") else ""
+        note = PROVISIONAL_NOTE if report.provisional else ""
         summary = coverage_summary(method, report) + note
-        module = site_of(modules.get(method), root)
+        module = site_of(result.modules.get(method), root)
         if entry is not None:
             _add(found, entry, _coverage_diagnostic(entry, f"{target}: {summary}", target, lines))
         if module is not None and module != entry:
             _add(found, module, _coverage_diagnostic(module, summary, target, lines))
         for site, ops in _not_delegated_by_line(report, root, module or entry):
-            label = target if len(result["methods"]) == 1 else f"{target}, {method}"
+            label = target if len(result.methods) == 1 else f"{target}, {method}"
             diagnostic = _not_delegated_diagnostic(
                 site, ops, report, root, target, label + note, severity, lines
             )
@@ -126,27 +138,27 @@ def _read_once(lines: LineReader) -> LineReader:
 
 
 def error_diagnostic(
-    site: Site, error: Mapping[str, Any], target: str | None, lines: LineReader
+    site: Site, error: ErrorInfo, target: str | None, lines: LineReader
 ) -> types.Diagnostic:
     """An error at its line: the error's kind is the code (export-error, worker-crash, ...)."""
     prefix = f"{target}: " if target else ""
     return types.Diagnostic(
         range=line_range(site, lines),
-        message=prefix + error.get("message", "failed"),
+        message=prefix + (error.message or "failed"),
         severity=types.DiagnosticSeverity.Error,
         source=SOURCE,
-        code=error.get("kind") or "error",
+        code=error.kind or "error",
         data={"target": target} if target else None,
     )
 
 
 def config_error_diagnostics(
-    error: Mapping[str, Any], config_path: Path, lines: LineReader = read_lines_from_disk
+    error: ErrorInfo, config_path: Path, lines: LineReader = read_lines_from_disk
 ) -> FileDiagnostics:
     """A [tool.lowerd] mistake at its line of pyproject.toml (line 1 if it has none)."""
-    path = Path(error["file"]) if error.get("file") else config_path
-    site = Site(path, error.get("line") or 1)
-    return {path: [error_diagnostic(site, {**error, "kind": CONFIG_ERROR}, None, lines)]}
+    path = Path(error.file) if error.file else config_path
+    site = Site(path, error.line or 1)
+    return {path: [error_diagnostic(site, replace(error, kind=CONFIG_ERROR), None, lines)]}
 
 
 def merge(*parts: FileDiagnostics) -> FileDiagnostics:
@@ -175,13 +187,13 @@ def _coverage_diagnostic(
 
 
 def _not_delegated_by_line(
-    report: Mapping[str, Any], root: Path, fallback: Site | None
-) -> list[tuple[Site, list[Mapping[str, Any]]]]:
+    report: MethodReport, root: Path, fallback: Site | None
+) -> list[tuple[Site, list[NotDelegatedOp]]]:
     """The method's refused ops grouped by source line, in line order. Ops without a line of
     the user's go to the method's module class (or the entry), so none goes unmentioned."""
-    by_site: dict[Site, list[Mapping[str, Any]]] = {}
-    for op in report.get("not_delegated") or []:
-        site = (site_of(op, root) if op.get("line") else None) or fallback
+    by_site: dict[Site, list[NotDelegatedOp]] = {}
+    for op in report.not_delegated:
+        site = (site_of(op, root) if op.line else None) or fallback
         if site is not None:
             by_site.setdefault(site, []).append(op)
     return sorted(by_site.items(), key=lambda item: (str(item[0].path), item[0].line))
@@ -189,8 +201,8 @@ def _not_delegated_by_line(
 
 def _not_delegated_diagnostic(
     site: Site,
-    ops: list[Mapping[str, Any]],
-    report: Mapping[str, Any],
+    ops: list[NotDelegatedOp],
+    report: MethodReport,
     root: Path,
     target: str,
     label: str,
@@ -199,7 +211,7 @@ def _not_delegated_diagnostic(
 ) -> types.Diagnostic:
     """One warning per line: its causes, most costly first, the first MAX_LISTED of them; the
     library lines that made the ops as relatedInformation (a click opens them)."""
-    causes = line_causes(ops, report.get("refusals") or [])
+    causes = line_causes(ops, report.refusals)
     listed = _listed(causes)
     if len(listed) == 1:
         [(op, reason, count)] = listed
@@ -221,7 +233,7 @@ def _not_delegated_diagnostic(
         source=SOURCE,
         code=NOT_DELEGATED,
         related_information=related[:MAX_RELATED] or None,
-        data={"target": target, "ops": sorted({op["op"] for op in ops})},
+        data={"target": target, "ops": sorted({op.op for op in ops})},
     )
 
 
@@ -275,44 +287,43 @@ class LineCause:
 
     op: str
     reason: str
-    ops: list[Mapping[str, Any]] = field(default_factory=list)
-    group: Mapping[str, Any] | None = None  # the report's RefusalGroup, if any
+    ops: list[NotDelegatedOp] = field(default_factory=list)
+    group: RefusalGroup | None = None  # the report's group, if any
 
     @property
     def count(self) -> int:
         return len(self.ops)
 
     @property
-    def library(self) -> Mapping[str, Any] | None:
+    def library(self) -> Frame | None:
         """The library frame that made the ops: transformers' LlamaRMSNorm.forward line."""
         for op in self.ops:
-            if op.get("library"):
-                return op["library"]
-        return (self.group or {}).get("library") or None
+            if op.library:
+                return op.library
+        return self.group.library if self.group is not None else None
 
     @property
     def module_class(self) -> str | None:
         for op in self.ops:
-            if op.get("module_class"):
-                return _short_class(op["module_class"])
-        found = (self.group or {}).get("module_class")
+            if op.module_class:
+                return _short_class(op.module_class)
+        found = self.group.module_class if self.group is not None else None
         return _short_class(found) if found else None
 
     @property
     def modules(self) -> str | None:
         """The module paths of the line's ops collapsed (model.layers.{0..3}.input_layernorm);
         the group's own pattern when every op of the group is on this line."""
-        group = self.group or {}
-        if group.get("modules") and group.get("count") == self.count:
-            return group["modules"]
-        return collapse_module_paths([op.get("module_path") for op in self.ops])
+        group = self.group
+        if group is not None and group.modules and group.count == self.count:
+            return group.modules
+        return collapse_module_paths([op.module_path for op in self.ops])
 
     @property
     def function(self) -> str | None:
         """`LlamaRMSNorm.forward`: the library function, qualified by the module's class when it
         is that module's forward."""
-        library = self.library or {}
-        function = library.get("function")
+        function = self.library.function if self.library is not None else None
         if function == "forward" and self.module_class:
             return f"{self.module_class}.forward"
         return function
@@ -340,36 +351,34 @@ class LineCause:
         return types.DiagnosticRelatedInformation(location=location, message=message)
 
 
-def line_causes(
-    ops: Sequence[Mapping[str, Any]], refusals: Sequence[Mapping[str, Any]]
-) -> list[LineCause]:
+def line_causes(ops: Sequence[NotDelegatedOp], refusals: Sequence[RefusalGroup]) -> list[LineCause]:
     """The causes of a line's refused ops, most costly first: in the order of the report's
     refusal groups (ranked by the lowering), then any ops no group names, most first."""
     group_of: dict[str, int] = {}
     for index, group in enumerate(refusals):
-        for node in group.get("nodes") or []:
+        for node in group.nodes:
             group_of.setdefault(node, index)
     grouped: dict[int, LineCause] = {}
-    ungrouped: dict[tuple[Any, ...], LineCause] = {}
+    ungrouped: dict[tuple[str, str, str | None, int | None], LineCause] = {}
     for op in ops:
-        index = group_of.get(op.get("node"), -1)
+        index = group_of.get(op.node, -1)
         if index >= 0:
-            new = LineCause(op["op"], op["reason"], [], refusals[index])
+            new = LineCause(op.op, op.reason, [], refusals[index])
             cause = grouped.setdefault(index, new)
         else:
-            key = (op["op"], op["reason"], *_frame_key(op.get("library")))
-            cause = ungrouped.setdefault(key, LineCause(op["op"], op["reason"]))
+            key = (op.op, op.reason, *_frame_key(op.library))
+            cause = ungrouped.setdefault(key, LineCause(op.op, op.reason))
         cause.ops.append(op)
     rest = sorted(ungrouped.values(), key=lambda c: (-_elements(c.ops), -c.count))
     return [grouped[index] for index in sorted(grouped)] + rest
 
 
-def _frame_key(frame: Mapping[str, Any] | None) -> tuple[Any, Any]:
-    return (frame.get("file"), frame.get("line")) if frame else (None, None)
+def _frame_key(frame: Frame | None) -> tuple[str | None, int | None]:
+    return (frame.file, frame.line) if frame is not None else (None, None)
 
 
-def _elements(ops: Iterable[Mapping[str, Any]]) -> int:
-    return sum(op.get("elements") or 0 for op in ops)
+def _elements(ops: Iterable[NotDelegatedOp]) -> int:
+    return sum(op.elements or 0 for op in ops)
 
 
 def _short_class(name: str) -> str:
@@ -379,9 +388,9 @@ def _short_class(name: str) -> str:
 # Coverage text -------------------------------------------------------------------------------
 
 
-def coverage_summary(method: str, report: Mapping[str, Any]) -> str:
+def coverage_summary(method: str, report: MethodReport) -> str:
     """ "forward: 231 of 271 ops on XNNPACK in 42 partitions (85 %)": the report's summary."""
-    return f"{method}: {report['summary']}"
+    return f"{method}: {report.summary}"
 
 
 def _plural(count: int, noun: str) -> str:
@@ -391,43 +400,35 @@ def _plural(count: int, noun: str) -> str:
 # Code lens -----------------------------------------------------------------------------------
 
 
-def lens_title(result: Mapping[str, Any] | None, building: bool) -> str:
+def lens_title(result: TargetResult | None, building: bool) -> str:
     """The summary shown above an entry function, with what fixing the costliest refusals
-    would do to the partition count."""
+    would do to the partition count ("3 fixes would make this 1 partition": the report's own
+    hint, none when no fix would merge partitions)."""
     if result is None:
         return "lowerd: building…" if building else "lowerd: not built yet"
     suffix = " (building…)" if building else ""
-    if result.get("status") == "error":
-        kind = (result.get("error") or {}).get("kind", "error")
+    if not result.ok:
+        kind = result.error.kind if result.error is not None else "error"
         return f"lowerd: build failed ({kind}){suffix}"
-    methods = result.get("methods") or {}
     summaries = []
-    for name, report in methods.items():
-        hint = fixes_hint(report)
+    for name, report in result.methods.items():
+        hint = report.fixes_hint
         summaries.append(coverage_summary(name, report) + (f"; {hint}" if hint else ""))
     return ("lowerd: " + " · ".join(summaries) if summaries else "lowerd: built") + suffix
-
-
-def fixes_hint(report: Mapping[str, Any]) -> str | None:
-    """ "3 fixes would make this 1 partition": the report's own hint (None: no fix would merge
-    partitions)."""
-    hint = report.get("fixes_hint")
-    return str(hint) if hint else None
 
 
 # Hover ---------------------------------------------------------------------------------------
 
 
-def hover_markdown(results: Mapping[str, Mapping[str, Any]], root: Path, site: Site) -> str | None:
+def hover_markdown(results: Mapping[str, TargetResult], root: Path, site: Site) -> str | None:
     """Each op of the line, per target and method: delegated to which backend and partition with
     its cache outcome, or why it stays on the CPU, with the library line that made it and its
     module path. Ops without a line of the user's are shown where their warning is (the module
     class or the entry). None when no op comes from the line."""
     sections = []
     for target, result in results.items():
-        modules = result.get("modules") or {}
-        for method, report in (result.get("methods") or {}).items():
-            fallback = site_of(modules.get(method), root) or site_of(result.get("entry"), root)
+        for method, report in result.methods.items():
+            fallback = site_of(result.modules.get(method), root) or site_of(result.entry, root)
             # What stays on the CPU first: it is what the reader came for.
             items = _refused_at(report, root, site, fallback) + _delegated_at(report, root, site)
             if items:
@@ -435,27 +436,25 @@ def hover_markdown(results: Mapping[str, Mapping[str, Any]], root: Path, site: S
     return "\n\n---\n\n".join(sections) or None
 
 
-def _delegated_at(report: Mapping[str, Any], root: Path, site: Site) -> list[str]:
+def _delegated_at(report: MethodReport, root: Path, site: Site) -> list[str]:
     items = []
-    partitions = report.get("partitions") or []
+    partitions = report.partitions
     for index, partition in enumerate(partitions, start=1):
-        where = f"{partition['backend']} partition {index} of {len(partitions)}"
-        cache = _CACHE_WORDS.get(partition.get("cache"), str(partition.get("cache")))
-        for file, line, op in partition.get("sources") or []:
+        where = f"{partition.backend} partition {index} of {len(partitions)}"
+        cache = _CACHE_WORDS.get(partition.cache, str(partition.cache))
+        for file, line, op in partition.sources:
             if line == site.line and root / file == site.path:
                 items.append(f"`{op}`: {where}, {cache}")
     return [f"- {_times(text, n)}" for text, n in Counter(items).items()]
 
 
-def _refused_at(
-    report: Mapping[str, Any], root: Path, site: Site, fallback: Site | None
-) -> list[str]:
+def _refused_at(report: MethodReport, root: Path, site: Site, fallback: Site | None) -> list[str]:
     ops = [
         op
-        for op in report.get("not_delegated") or []
-        if ((site_of(op, root) if op.get("line") else None) or fallback) == site
+        for op in report.not_delegated
+        if ((site_of(op, root) if op.line else None) or fallback) == site
     ]
-    causes = line_causes(ops, report.get("refusals") or [])
+    causes = line_causes(ops, report.refusals)
     return [_cause_markdown(cause, root) for cause in causes]
 
 
@@ -476,9 +475,9 @@ def _cause_markdown(cause: LineCause, root: Path) -> str:
         details.append(f"`{cause.modules}`" + (f" ({cause.module_class})" if named else ""))
     elif cause.module_class:
         details.append(f"`{cause.module_class}`")
-    group = cause.group or {}
-    if (group.get("count") or 0) > cause.count:
-        details.append(f"{group['count']} in the method")
+    group = cause.group
+    if group is not None and group.count > cause.count:
+        details.append(f"{group.count} in the method")
     if details:
         text += "\n  - " + " · ".join(details)
     return text

@@ -2,11 +2,18 @@
 published per file, code lenses, hovers and the payloads of lowerd's own notifications.
 
 It builds LSP payloads and remembers what was published; the server sends them. What each
-result puts where (messages, ranges, lens titles) is daemon/diagnostics.py's.
+result puts where (messages, ranges, lens titles) is daemon/diagnostics.py's. Results are
+TargetResults here; they become JSON in the payloads, and nowhere before.
 
 Besides LSP, the server sends two notifications an editor may show or ignore (tests await them):
 `lowerd/buildStarted` {target, buildId} and `lowerd/buildFinished` {target, buildId, status,
-errorKind, reused, current}.
+errorKind, reused, current}. Its commands answer:
+
+    lowerd.report    {"config", "error", "targets": [TargetResult JSON | {"name"}], "building"}
+                     ({"config": null, "error": the config error | null, "targets": []}
+                     while no config is loaded)
+    lowerd.build(All) {"config", "targets": [TargetResult JSON | null]} once built, as
+                     `lowerd build --json`; {"error", "targets": []} for unknown targets
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from lowerd.daemon.diagnostics import (
 from lowerd.daemon.entry_site import Site, entry_site
 from lowerd.daemon.session import ProjectSession, same_file
 from lowerd.project.report_model import MethodReport
-from lowerd.project.result import TargetResult
+from lowerd.project.result import ErrorInfo, TargetResult
 
 BUILD = "lowerd.build"
 BUILD_ALL = "lowerd.buildAll"
@@ -47,25 +54,19 @@ class EditorView:
         self.read_lines = read_lines  # the editor's text of an open file, else the disk's
         # Per target: its last result, or during a build its partitioned reports laid over the
         # last result.
-        self.shown: dict[str, dict[str, Any]] = {}
+        self.shown: dict[str, TargetResult] = {}
         self.published: dict[str, list[types.Diagnostic]] = {}
 
     # What is shown ---------------------------------------------------------------------------
 
-    def show_result(self, target: str, result: dict[str, Any]) -> None:
+    def show_result(self, target: str, result: TargetResult) -> None:
         self.shown[target] = result
 
-    def show_partitioned(self, target: str, method: str, report: dict[str, Any]) -> None:
+    def show_partitioned(self, target: str, method: str, report: MethodReport) -> None:
         """A method's coverage as soon as it is partitioned, before preprocess and emission;
         the other methods keep the last good build's reports."""
         last = self.shown.get(target)
-        shown = TargetResult.partitioned(
-            target,
-            method,
-            MethodReport.from_json(report),
-            TargetResult.from_json(last) if last is not None else None,
-        )
-        self.shown[target] = shown.to_json()
+        self.shown[target] = TargetResult.partitioned(target, method, report, last)
 
     def forget_removed_targets(self) -> None:
         """What a reloaded config no longer declares is shown no more."""
@@ -94,7 +95,7 @@ class EditorView:
         """A config error alone while there is one, else each shown target's results."""
         session = self.session
         if session.config_error is not None:
-            if session.config_error.get("file") is None or session.config_path is None:
+            if session.config_error.file is None or session.config_path is None:
                 return {}
             return config_error_diagnostics(
                 session.config_error, session.config_path, self.read_lines
@@ -126,7 +127,7 @@ class EditorView:
         lenses = []
         for name, target in config.targets.items():
             result = self.session.last_result(name)
-            site = site_of((result or {}).get("entry"), config.root)
+            site = site_of(result.entry if result is not None else None, config.root)
             site = site or entry_site(config, target)
             if not same_file(site.path, path):
                 continue
@@ -152,6 +153,36 @@ class EditorView:
             range=line_range(site, self.read_lines),
         )
 
+    # Command answers -------------------------------------------------------------------------
+
+    async def build_answer(self, names: Sequence[str]) -> dict[str, Any]:
+        """lowerd.build: builds the targets now (a recorded build still up to date is reused)
+        and answers their results as `lowerd build --json` would."""
+        session, config = self.session, self.session.config
+        if config is None or not session.started:
+            return self.report_answer(names)
+        unknown = [n for n in names if n not in config.targets]
+        if unknown:
+            return {"error": f"unknown targets: {', '.join(unknown)}", "targets": []}
+        results = await session.build(names)
+        targets = [_json(results.get(name)) for name in names]
+        return {"config": str(config.path), "targets": targets}
+
+    def report_answer(self, names: Sequence[str]) -> dict[str, Any]:
+        """lowerd.report: the last result of each target (all by default), and which are being
+        rebuilt; the config error while there is no config."""
+        session, config = self.session, self.session.config
+        if config is None or not session.started:
+            error = session.config_error
+            return {"config": None, "error": _json(error), "targets": []}
+        names = list(names) or list(config.targets)
+        return {
+            "config": str(config.path),
+            "error": None,
+            "targets": [_json(session.last_result(n)) or {"name": n} for n in names],
+            "building": [n for n in names if session.building(n)],
+        }
+
 
 # lowerd's notifications ------------------------------------------------------------------------
 
@@ -161,17 +192,20 @@ def build_started_params(target: str, build_id: int) -> dict[str, Any]:
 
 
 def build_finished_params(
-    target: str, build_id: int | None, result: dict[str, Any], current: bool
+    target: str, build_id: int | None, result: TargetResult, current: bool
 ) -> dict[str, Any]:
-    error = result.get("error") or {}
     return {
         "target": target,
         "buildId": build_id,
-        "status": result.get("status"),
-        "errorKind": error.get("kind"),
-        "reused": result.get("reused"),
+        "status": result.status,
+        "errorKind": result.error.kind if result.error is not None else None,
+        "reused": result.reused,
         "current": current,
     }
+
+
+def _json(value: TargetResult | ErrorInfo | None) -> dict[str, Any] | None:
+    return value.to_json() if value is not None else None
 
 
 def _lens(where: types.Range, title: str, command: str, target: str) -> types.CodeLens:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 from lowerd.project.config import ProjectConfig, TargetConfig, load_config
 from lowerd.project.errors import ConfigError
@@ -64,7 +65,7 @@ def _def_line(path: Path, function: str) -> int | None:
     return found[0].lineno if found else None
 
 
-def _defines(node: ast.AST, name: str) -> bool:
+def _defines(node: ast.AST, name: str) -> TypeGuard[ast.FunctionDef | ast.AsyncFunctionDef]:
     return isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name
 
 

@@ -3,9 +3,9 @@ at a time, and a newer change cancelling the target's stale build.
 
 Runs on the server's event loop; the watcher hands it changes thread-safely. Builds go to the
 WorkerPool; results go to a BuildListener (the server), and only the current build of a target is
-ever reported as its result: a superseded build's result is reported as not current. Results are
-TargetResults here; the listener and `results` get their JSON (project/result.py), the shape the
-editor's payloads carry, and worker events their frames (daemon/protocol.py).
+ever reported as its result: a superseded build's result is reported as not current. The
+listener and `results` get TargetResults (project/result.py) and worker events as parsed
+(daemon/protocol.py): what leaves the process is made JSON where it leaves.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from lowerd.daemon.entry_site import entry_file
 from lowerd.daemon.ignored_folders import in_ignored_folder
@@ -36,10 +36,10 @@ Stamp = tuple[int, int] | None  # (mtime_ns, size); None for a missing file
 class BuildListener(Protocol):
     def build_started(self, target: str, build_id: int) -> None: ...
 
-    def build_event(self, target: str, build_id: int, event: dict[str, Any]) -> None: ...
+    def build_event(self, target: str, build_id: int, event: WorkerEvent) -> None: ...
 
     def build_finished(
-        self, target: str, build_id: int | None, result: dict[str, Any], current: bool
+        self, target: str, build_id: int | None, result: TargetResult, current: bool
     ) -> None: ...
 
 
@@ -53,7 +53,7 @@ class _Build:
 class _Target:
     dirty: bool = False
     running: _Build | None = None
-    idle: list[asyncio.Future] = field(default_factory=list)
+    idle: list[asyncio.Future[None]] = field(default_factory=list)
 
 
 class Scheduler:
@@ -69,7 +69,7 @@ class Scheduler:
         self.request_for = request_for
         self.debounce = debounce
         self.config: ProjectConfig | None = None
-        self.results: dict[str, dict[str, Any]] = {}  # the last result of each target
+        self.results: dict[str, TargetResult] = {}  # the last result of each target
         self._targets: dict[str, _Target] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._burst_started: float | None = None
@@ -132,13 +132,14 @@ class Scheduler:
         else:
             self._arm_timer()
 
-    async def wait_idle(self, targets: Iterable[str]) -> dict[str, dict[str, Any] | None]:
+    async def wait_idle(self, targets: Iterable[str]) -> dict[str, TargetResult | None]:
         """The targets' results once none of them has a build running or scheduled."""
+        targets = list(targets)
         waits = []
         for name in targets:
             state = self._targets.get(name)
             if state is not None and (state.dirty or state.running):
-                future = asyncio.get_running_loop().create_future()
+                future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 state.idle.append(future)
                 waits.append(future)
         await asyncio.gather(*waits)
@@ -207,7 +208,7 @@ class Scheduler:
 
     def _event(self, build: _Build, event: WorkerEvent) -> None:
         if build.handle is not None and self._is_current(build):
-            self.listener.build_event(build.target, build.handle.build_id, event.to_frame())
+            self.listener.build_event(build.target, build.handle.build_id, event)
 
     async def _await_result(self, build: _Build) -> None:
         assert build.handle is not None
@@ -222,13 +223,12 @@ class Scheduler:
         self._finish(build.target, build.handle.build_id, result, current)
 
     def _finish(self, name: str, build_id: int | None, result: TargetResult, current: bool) -> None:
-        payload = result.to_json()
         if current:
-            self.results[name] = payload
+            self.results[name] = result
             if self.config is not None:
                 discard_failed_output(self.config, result)
         try:
-            self.listener.build_finished(name, build_id, payload, current)
+            self.listener.build_finished(name, build_id, result, current)
         finally:  # whoever awaits the target hears of it even if showing the result failed
             if current:
                 self._set_idle(name)

@@ -38,9 +38,11 @@ from lowerd.daemon.editor_view import (
 )
 from lowerd.daemon.lsp_protocol import GuardedLanguageServer
 from lowerd.daemon.progress import BuildProgress
+from lowerd.daemon.protocol import PartitionedEvent, ProgressEvent, WorkerEvent
 from lowerd.daemon.session import ProjectSession
 from lowerd.daemon.settings import SECTION
 from lowerd.daemon.tasks import spawn
+from lowerd.project.result import TargetResult
 from lowerd.project.version import LOWERD_VERSION
 
 
@@ -86,24 +88,24 @@ class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protoco
             self.progress_bars.started(target, build_id)
         self.refresh_code_lenses()
 
-    def build_event(self, target: str, build_id: int, event: dict[str, Any]) -> None:
-        if event.get("type") == "progress":
-            self.progress_bars.stage(build_id, event.get("stage", ""), event.get("detail"))
-        elif event.get("type") == "partitioned":
-            self.view.show_partitioned(target, event["method"], event["report"])
+    def build_event(self, target: str, build_id: int, event: WorkerEvent) -> None:
+        if isinstance(event, ProgressEvent):
+            self.progress_bars.stage(build_id, event.stage, event.detail)
+        elif isinstance(event, PartitionedEvent):
+            self.view.show_partitioned(target, event.method, event.report)
             self.publish()
 
     def build_finished(
-        self, target: str, build_id: int | None, result: dict[str, Any], current: bool
+        self, target: str, build_id: int | None, result: TargetResult, current: bool
     ) -> None:
-        error = result.get("error") or {}
-        self.progress_bars.finished(build_id, error.get("kind") or "done")
+        error = result.error
+        self.progress_bars.finished(build_id, error.kind if error is not None else "done")
         # A superseded build shows nothing: the newer build of the target will. A current one's
         # diagnostics go out before buildFinished, so that a client reacting to it finds them.
         if current:
             self.view.show_result(target, result)
-            if error.get("kind") in ("worker-crash", "worker-timeout"):
-                self.log_message(f"lowerd: {target}: {error.get('message')}", error=True)
+            if error is not None and error.kind in ("worker-crash", "worker-timeout"):
+                self.log_message(f"lowerd: {target}: {error.message}", error=True)
             self.publish()
         self.protocol.notify(
             BUILD_FINISHED, build_finished_params(target, build_id, result, current)
@@ -196,16 +198,16 @@ def create_server(workers: int = 2) -> LowerdServer:
 
     @server.command(BUILD)
     async def build(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        return await ls.session.build(_names(arguments))
+        return await ls.view.build_answer(_names(arguments))
 
     @server.command(BUILD_ALL)
     async def build_all(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
         config = ls.session.config
-        return await ls.session.build(list(config.targets) if config else [])
+        return await ls.view.build_answer(list(config.targets) if config else [])
 
     @server.command(REPORT)
     def report(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        return ls.session.report(_names(arguments))
+        return ls.view.report_answer(_names(arguments))
 
     return server
 

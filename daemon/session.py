@@ -29,6 +29,7 @@ from lowerd.daemon.watcher import ProjectWatcher
 from lowerd.daemon.workers import BuildRequest, WorkerPool
 from lowerd.project.config import PYPROJECT, ProjectConfig, TargetConfig, find_config, load_config
 from lowerd.project.errors import ConfigError
+from lowerd.project.result import ErrorInfo, TargetResult
 
 
 class SessionListener(BuildListener, Protocol):
@@ -48,7 +49,7 @@ class ProjectSession:
         self.root = Path.cwd()
         self.config: ProjectConfig | None = None
         self.config_path: Path | None = None  # the file whose change reloads the config
-        self.config_error: dict[str, Any] | None = None
+        self.config_error: ErrorInfo | None = None
         self.pool: WorkerPool | None = None
         self.scheduler: Scheduler | None = None
         self.watcher: ProjectWatcher | None = None
@@ -122,7 +123,7 @@ class ProjectSession:
             self.config_path = self._config_candidate()
             config = load_config(self.config_path).with_backends(self.settings.backends)
         except ConfigError as error:
-            self.config_error = error.to_json()
+            self.config_error = error.info()
             if error.location.file:
                 self.config_path = Path(error.location.file)
             else:
@@ -200,33 +201,17 @@ class ProjectSession:
     def building(self, name: str) -> bool:
         return self.scheduler is not None and self.scheduler.building(name)
 
-    def last_result(self, name: str) -> dict[str, Any] | None:
+    def last_result(self, name: str) -> TargetResult | None:
         """The target's last complete result (none while its first build runs)."""
         return self.scheduler.results.get(name) if self.scheduler is not None else None
 
-    async def build(self, names: Sequence[str]) -> dict[str, Any]:
+    async def build(self, names: Sequence[str]) -> dict[str, TargetResult | None]:
         """Builds the targets now (a recorded build still up to date is reused) and returns their
-        results as `lowerd build --json` would."""
-        if self.config is None or self.scheduler is None:
-            return self.report(names)
-        unknown = [n for n in names if n not in self.config.targets]
-        if unknown:
-            return {"error": f"unknown targets: {', '.join(unknown)}", "targets": []}
+        results once built; none for a target the config does not declare (any more)."""
+        if self.scheduler is None:
+            return {name: None for name in names}
         self.scheduler.request(names, now=True)
-        results = await self.scheduler.wait_idle(names)
-        return {"config": str(self.config.path), "targets": [results[name] for name in names]}
-
-    def report(self, names: Sequence[str]) -> dict[str, Any]:
-        """The last result of each target (all by default), and which are being rebuilt."""
-        if self.config is None or self.scheduler is None:
-            return {"config": None, "error": self.config_error, "targets": []}
-        names = list(names) or list(self.config.targets)
-        return {
-            "config": str(self.config.path),
-            "error": None,
-            "targets": [self.scheduler.results.get(n) or {"name": n} for n in names],
-            "building": [n for n in names if self.scheduler.building(n)],
-        }
+        return await self.scheduler.wait_idle(names)
 
     def _log(self, message: str, error: bool = False) -> None:
         self.listener.log_message(message, error=error)

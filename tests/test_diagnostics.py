@@ -1,8 +1,9 @@
-"""The daemon's pure parts: build result JSON -> what an editor shows (diagnostics, entry sites),
-and the editor's settings.
+"""The daemon's pure parts: a build's TargetResult -> what an editor shows (diagnostics, entry
+sites), and the editor's settings.
 
-The results are written in TargetResult.to_json()'s shape (files relative to the project root),
-over a small project in tmp_path whose lines are found by their LINE-MARK comments.
+The results are written in TargetResult.to_json()'s shape (files relative to the project root)
+and read through TargetResult.from_json, as the editor gets them from a worker, over a small
+project in tmp_path whose lines are found by their LINE-MARK comments.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from lowerd.daemon.diagnostics import (
     PROVISIONAL_NOTE,
     config_error_diagnostics,
     coverage_summary,
-    fixes_hint,
     hover_markdown,
     lens_title,
     line_range,
@@ -31,7 +31,8 @@ from lowerd.daemon.entry_site import Site, entry_site
 from lowerd.daemon.settings import DEFAULT_TIMEOUT, Settings
 from lowerd.project.config import load_config
 from lowerd.project.module_paths import collapse_module_paths
-from lowerd.project.report_model import coverage_of
+from lowerd.project.report_model import MethodReport, coverage_of
+from lowerd.project.result import ErrorInfo, TargetResult
 from lowerd.report_table import coverage_text
 
 MODEL = """\
@@ -90,8 +91,8 @@ def mark(root: Path, name: str) -> Site:
 
 
 def report(root: Path, **overrides: Any) -> dict[str, Any]:
-    """A final MethodReport JSON of MODEL: two XNNPACK partitions, pow and 2 cumsums refused;
-    with what MethodReport computes (summary, fixes_hint, ...)."""
+    """A final MethodReport's JSON of MODEL: two XNNPACK partitions, pow and 2 cumsums refused;
+    read back through MethodReport, with what it computes (summary, fixes_hint, ...)."""
     line = {name: mark(root, name).line for name in ("linear1", "pow", "cumsum", "linear2")}
     no_cumsum = "no XNNPACK support for aten.cumsum.default"
     base = {
@@ -110,18 +111,7 @@ def report(root: Path, **overrides: Any) -> dict[str, Any]:
         ],
         "final": True,
     }
-    method = {**base, **overrides}
-    boundaries = [group.get("boundaries") or 0 for group in method.get("refusals", [])]
-    facts = coverage_of(
-        method["ops"],
-        method["ops_delegated"],
-        method["backends"],
-        method.get("partitions_if_fixed"),
-        boundaries,
-    )
-    # What MethodReport.to_json() adds (the groups of some tests are partial: no from_json).
-    computed = {"coverage_percent": facts.percent, "summary": facts.summary}
-    return {**method, **computed, "fixes_hint": facts.fixes_hint}
+    return MethodReport.from_json({**base, **overrides}).to_json()
 
 
 def partition(line: int, cache: str | None) -> dict[str, Any]:
@@ -134,27 +124,23 @@ def refused(op: str, line: int | None, reason: str) -> dict[str, Any]:
     return {"op": op, "file": file, "line": line, "reason": reason, "node": op.split(".")[1]}
 
 
-def ok_result(root: Path, **methods: dict[str, Any]) -> dict[str, Any]:
+def ok_result(root: Path, **methods: dict[str, Any]) -> TargetResult:
+    """The refused target's result with these methods' report JSON (one forward by default)."""
     entry, module = mark(root, "entry"), mark(root, "module")
-    return {
-        "name": "refused",
-        "status": "ok",
-        "methods": methods or {"forward": report(root)},
-        "error": None,
-        "entry": {"file": "models/refused.py", "line": entry.line},
-        "modules": {"forward": {"file": "models/refused.py", "line": module.line, "name": "R"}},
-    }
+    return TargetResult.from_json(
+        {
+            "name": "refused",
+            "status": "ok",
+            "methods": methods or {"forward": report(root)},
+            "error": None,
+            "entry": {"file": "models/refused.py", "line": entry.line},
+            "modules": {"forward": {"file": "models/refused.py", "line": module.line, "name": "R"}},
+        }
+    )
 
 
-def error_result(kind: str, file: str | None, line: int | None) -> dict[str, Any]:
-    return {
-        "name": "refused",
-        "status": "error",
-        "methods": {},
-        "error": {"kind": kind, "message": "it broke", "file": file, "line": line},
-        "entry": None,
-        "modules": {},
-    }
+def error_result(kind: str, file: str | None, line: int | None) -> TargetResult:
+    return TargetResult.failed("refused", kind, "it broke", file, line)
 
 
 def at(diagnostics: list[types.Diagnostic], line: int) -> list[types.Diagnostic]:
@@ -175,7 +161,8 @@ def test_coverage_summary_names_backend_partitions_and_percent_rounded_down() ->
         "backends": {"XNNPACK": {"ops": 231, "partitions": 42}},
     }
     assert summary_of(summary) == "231 of 271 ops on XNNPACK in 42 partitions (85 %)"
-    assert coverage_summary("forward", {"summary": summary_of(summary)}) == (
+    method = MethodReport(0, 0, 0, 271, 231, 0.8524, summary["backends"])
+    assert coverage_summary("forward", method) == (
         "forward: 231 of 271 ops on XNNPACK in 42 partitions (85 %)"
     )
     almost = {**summary, "ops_delegated": 270}
@@ -195,7 +182,8 @@ def test_the_cli_and_the_editor_say_the_same_percent(root: Path) -> None:
     )
     assert method["coverage_percent"] == 99
     assert method["summary"] == "270 of 271 ops on XNNPACK in 2 partitions (99 %)"
-    assert coverage_summary("forward", method) == f"forward: {method['summary']}"
+    read = MethodReport.from_json(method)
+    assert coverage_summary("forward", read) == f"forward: {method['summary']}"
     assert coverage_text(method) == method["summary"]
     assert lens_title(ok_result(root, forward=method), building=False).startswith(
         "lowerd: forward: 270 of 271 ops on XNNPACK in 2 partitions (99 %)"
@@ -397,7 +385,15 @@ def test_a_lines_warning_stays_short_with_many_causes(root: Path) -> None:
     ]
     ranked = list(reversed(range(20)))  # the lowering's rank: op19 most costly
     groups = [
-        {"op": f"aten.op{i}.default", "reason": ops[0]["reason"], "nodes": [f"n{i}"]}
+        {
+            "op": f"aten.op{i}.default",
+            "reason": ops[0]["reason"],
+            "count": i % 3 + 1,
+            "file": "models/refused.py",
+            "line": line,
+            "library": None,
+            "nodes": [f"n{i}"],
+        }
         for i in ranked
     ]
     methods = {"forward": report(root, not_delegated=ops, refusals=groups)}
@@ -474,7 +470,7 @@ def test_the_hover_shows_the_library_line_and_the_module_paths(root: Path, libra
     ) in hover
     assert hover.index("aten.add.Scalar") < hover.index("aten.mean.dim")  # the report's rank
     # A module class the function does not name yet is said after the paths.
-    other = {**results["refused"]["methods"]["forward"]}
+    other = results["refused"].to_json()["methods"]["forward"]
     other["not_delegated"] = [
         {**op, "library": {**op["library"], "function": "rms_norm"}}
         for op in other["not_delegated"]
@@ -518,17 +514,19 @@ def test_the_lens_says_how_many_fixes_would_leave_how_many_partitions(
     # The lens shows the report's hint, as the report made it.
     counted = report(root, backends=forty_two, partitions_if_fixed=[30, 9, 1, 1])
     assert counted["fixes_hint"] == "3 fixes would make this 1 partition"
-    assert fixes_hint(counted) == counted["fixes_hint"]
+    title = lens_title(ok_result(root, forward=counted), building=False)
+    assert title.endswith("in 42 partitions (40 %); 3 fixes would make this 1 partition")
     # Estimated from the groups' boundaries: the norm report's add group splits 3 times.
     four = {"XNNPACK": {"ops": 2, "partitions": 4}}
     estimated = norm_report(root, library, backends=four)
-    assert fixes_hint(estimated) == "1 fix would make this 1 partition"
+    assert estimated["fixes_hint"] == "1 fix would make this 1 partition"
     title = lens_title(ok_result(root, forward=estimated), building=False)
     assert title.endswith("in 4 partitions (40 %); 1 fix would make this 1 partition")
     # A report without groups, and one partition, say nothing more.
-    assert fixes_hint(report(root)) is None
+    assert report(root)["fixes_hint"] is None
     one = report(root, backends={"XNNPACK": {"ops": 2, "partitions": 1}}, partitions_if_fixed=[1])
-    assert fixes_hint(one) is None
+    assert one["fixes_hint"] is None
+    assert lens_title(ok_result(root, forward=one), building=False).endswith("(40 %)")
 
 
 def test_a_provisional_reports_moved_lines_keep_their_groups(root: Path, library: Path) -> None:
@@ -577,17 +575,19 @@ def test_a_cancelled_build_shows_nothing(root: Path) -> None:
 
 def test_config_error_at_its_pyproject_line(root: Path) -> None:
     config = root / "pyproject.toml"
-    error = {"kind": "config-error", "message": "unknown key", "file": str(config), "line": 2}
+    error = ErrorInfo("config-error", "unknown key", str(config), 2)
     [diagnostic] = config_error_diagnostics(error, config)[config]
     assert (diagnostic.code, diagnostic.range.start.line) == ("config-error", 1)
-    no_line = {"kind": "config-error", "message": "no [tool.lowerd]", "file": None, "line": None}
+    no_line = ErrorInfo("config-error", "no [tool.lowerd]")
     [first_line] = config_error_diagnostics(no_line, config)[config]
     assert first_line.range.start.line == 0
 
 
 def test_merge_keeps_every_targets_diagnostics(root: Path) -> None:
     one = result_diagnostics(ok_result(root), root, None, "warning")
-    other = result_diagnostics({**ok_result(root), "name": "again"}, root, None, "warning")
+    again = ok_result(root)
+    again.name = "again"
+    other = result_diagnostics(again, root, None, "warning")
     merged = merge(one, other)
     path = root / "models/refused.py"
     assert len(merged[path]) == len(one[path]) + len(other[path])

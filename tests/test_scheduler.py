@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_asyncio
 
+from lowerd.daemon.protocol import ProgressEvent, WorkerEvent
 from lowerd.daemon.scheduler import Scheduler
 from lowerd.daemon.workers import BuildRequest
 from lowerd.project.build_state import (
@@ -27,6 +27,7 @@ from lowerd.project.build_state import (
     target_inputs_digest,
 )
 from lowerd.project.config import ProjectConfig, TargetConfig, load_config
+from lowerd.project.result import TargetResult
 
 from helpers import (
     DEADLINE,
@@ -50,30 +51,30 @@ REFUSED = "models/refused.py"  # read by the refused target alone
 
 @dataclass
 class Listener:
-    """The server's side: every call, in order."""
+    """The server's side: every call, in order, with what the Scheduler hands over (typed)."""
 
     started: list[tuple[str, int]] = field(default_factory=list)
-    events: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
-    finished: list[tuple[str, int | None, dict[str, Any], bool]] = field(default_factory=list)
+    events: list[tuple[str, int, WorkerEvent]] = field(default_factory=list)
+    finished: list[tuple[str, int | None, TargetResult, bool]] = field(default_factory=list)
     fail_on_finish: bool = False
 
     def build_started(self, target: str, build_id: int) -> None:
         self.started.append((target, build_id))
 
-    def build_event(self, target: str, build_id: int, event: dict[str, Any]) -> None:
+    def build_event(self, target: str, build_id: int, event: WorkerEvent) -> None:
         self.events.append((target, build_id, event))
 
     def build_finished(
-        self, target: str, build_id: int | None, result: dict[str, Any], current: bool
+        self, target: str, build_id: int | None, result: TargetResult, current: bool
     ) -> None:
         self.finished.append((target, build_id, result, current))
         if self.fail_on_finish:
             raise RuntimeError("showing the result failed")
 
-    def current(self, target: str) -> list[dict[str, Any]]:
+    def current(self, target: str) -> list[TargetResult]:
         return [r for t, _, r, current in self.finished if t == target and current]
 
-    def of_build(self, build_id: int) -> list[tuple[dict[str, Any], bool]]:
+    def of_build(self, build_id: int) -> list[tuple[TargetResult, bool]]:
         return [(r, current) for _, b, r, current in self.finished if b == build_id]
 
 
@@ -123,8 +124,14 @@ class Setup:
         )
         return self.pool.builds
 
-    async def idle(self, *names: str) -> dict[str, dict[str, Any] | None]:
+    async def idle(self, *names: str) -> dict[str, TargetResult | None]:
         return await asyncio.wait_for(self.scheduler.wait_idle(names or ALL), DEADLINE)
+
+    async def result(self, name: str) -> TargetResult:
+        """The target's result once it is idle; it has one."""
+        result = (await self.idle(name))[name]
+        assert result is not None
+        return result
 
 
 @pytest_asyncio.fixture
@@ -166,8 +173,7 @@ async def test_a_save_builds_the_targets_that_read_the_file_and_no_other(setup: 
     [build] = await setup.submitted(1)
     assert build.target == "pkg"
     build.finish()
-    results = await setup.idle()
-    assert results["pkg"]["status"] == "ok"
+    assert (await setup.result("pkg")).ok
     assert setup.pool.submitted() == ["pkg"]
 
 
@@ -218,8 +224,8 @@ async def test_an_up_to_date_target_is_answered_without_a_worker(setup: Setup) -
     assert setup.pool.builds == []
     [(target, build_id, result, current)] = setup.listener.finished
     assert (target, build_id, current) == ("refused", None, True)
-    assert result["reused"] == "up-to-date"
-    assert (await setup.idle("refused"))["refused"] == result
+    assert result.reused == "up-to-date"
+    assert (await setup.idle("refused"))["refused"] is result
 
 
 # A newer save and a running build ---------------------------------------------------------------
@@ -248,13 +254,14 @@ async def test_a_save_during_a_build_cancels_it_and_builds_again(setup: Setup) -
     # The cancelled build's result is told, but not as current, and is not the target's result.
     await async_wait_until(lambda: setup.listener.of_build(first.build_id), what="first ended")
     [(cancelled, current)] = setup.listener.of_build(first.build_id)
-    assert cancelled["error"]["kind"] == "cancelled" and current is False
+    assert cancelled.error is not None and cancelled.error.kind == "cancelled"
+    assert current is False
     assert setup.scheduler.building("refused")
-    assert setup.scheduler.results["refused"]["status"] == "ok"  # still the last good one
+    assert setup.scheduler.results["refused"].ok  # still the last good one
     second.finish()
-    results = await setup.idle("refused")
-    assert results["refused"]["status"] == "ok"
-    assert setup.listener.current("refused") == [results["refused"]]
+    result = await setup.result("refused")
+    assert result.ok
+    assert setup.listener.current("refused") == [result]
 
 
 async def test_saves_in_one_burst_make_one_build(setup: Setup) -> None:
@@ -277,9 +284,8 @@ async def test_a_result_that_comes_after_a_cancel_is_not_current(setup: Setup) -
     [(_, current)] = setup.listener.of_build(first.build_id)
     assert current is False
     second.finish()
-    results = await setup.idle("refused")
-    assert results["refused"]["sha256"] != "stale"
-    assert all(r["sha256"] != "stale" for r in setup.listener.current("refused"))
+    assert (await setup.result("refused")).sha256 != "stale"
+    assert all(r.sha256 != "stale" for r in setup.listener.current("refused"))
 
 
 async def test_events_of_a_superseded_build_are_dropped(setup: Setup) -> None:
@@ -290,9 +296,9 @@ async def test_events_of_a_superseded_build_are_dropped(setup: Setup) -> None:
     second.on_event({"type": "progress", "stage": "load"})
     second.finish()
     await setup.idle("refused")
-    assert [(b, e["stage"]) for _, b, e in setup.listener.events] == [
-        (first.build_id, "export"),
-        (second.build_id, "load"),
+    assert [(b, e) for _, b, e in setup.listener.events] == [
+        (first.build_id, ProgressEvent("export")),
+        (second.build_id, ProgressEvent("load")),
     ]
 
 
@@ -304,7 +310,7 @@ async def test_a_build_of_one_target_does_not_cancel_another(setup: Setup) -> No
     first.finish()
     second.finish()
     results = await setup.idle("refused", "dynamic")
-    assert {r["status"] for r in results.values()} == {"ok"}
+    assert all(r is not None and r.ok for r in results.values())
 
 
 # Results and waiting ----------------------------------------------------------------------------
@@ -317,7 +323,8 @@ async def test_wait_idle_waits_for_the_build_and_returns_its_result(setup: Setup
     await async_wait_until(lambda: setup.scheduler.building("tiny_linear"), what="building")
     assert not waiting.done()
     build.finish()
-    assert (await waiting)["tiny_linear"]["status"] == "ok"
+    result = (await waiting)["tiny_linear"]
+    assert result is not None and result.ok
     assert not setup.scheduler.building("tiny_linear")
 
 
@@ -325,9 +332,9 @@ async def test_a_pool_that_fails_is_a_worker_crash_result(setup: Setup) -> None:
     setup.scheduler.request(["tiny_linear"], now=True)
     [build] = await setup.submitted(1)
     build.future.set_exception(ConnectionError("the fork server exited"))
-    result = (await setup.idle("tiny_linear"))["tiny_linear"]
-    assert result["error"]["kind"] == "worker-crash"
-    assert "the fork server exited" in result["error"]["message"]
+    error = (await setup.result("tiny_linear")).error
+    assert error is not None and error.kind == "worker-crash"
+    assert "the fork server exited" in error.message
 
 
 async def test_a_listener_that_fails_still_lets_waiters_go(setup: Setup) -> None:
@@ -336,7 +343,8 @@ async def test_a_listener_that_fails_still_lets_waiters_go(setup: Setup) -> None
     [build] = await setup.submitted(1)
     waiting = asyncio.ensure_future(setup.idle("tiny_linear"))
     build.finish()
-    assert (await waiting)["tiny_linear"]["status"] == "ok"
+    result = (await waiting)["tiny_linear"]
+    assert result is not None and result.ok
 
 
 async def test_a_target_the_config_drops_is_cancelled_and_forgotten(setup: Setup) -> None:
