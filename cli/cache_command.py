@@ -8,7 +8,8 @@ from pathlib import Path
 
 from lowerd.cache.store import BlobStore
 from lowerd.exit_codes import EXIT_OK, EXIT_TARGET_FAILED
-from lowerd.project.config import ConfigError, find_config, load_config
+from lowerd.project.config import find_config, load_config
+from lowerd.project.errors import ConfigError
 from lowerd.project.project_store import store_for
 
 

@@ -91,10 +91,12 @@ def build_via_daemon(
     try:
         status = _daemon_for(config, start)
     except DaemonBypassed as error:
-        return _in_process_instead(error)
+        _in_process_instead(error)
+        return None
     except (RuntimeDirError, DaemonError) as error:
         if not start:  # no usable daemon, none asked for: build in-process, as without one
-            return _in_process_instead(error)
+            _in_process_instead(error)
+        return None
         print(f"lowerd: {error}", file=sys.stderr)
         return EXIT_USAGE
     if status is None:
@@ -105,7 +107,8 @@ def build_via_daemon(
         final = ask(status, request, _progress_shower(progress))
     except DaemonUnreachable as error:
         if not start:  # the request never left: building in-process loses nothing
-            return _in_process_instead(error)
+            _in_process_instead(error)
+        return None
         print(f"lowerd: {error}; try `lowerd daemon restart`", file=sys.stderr)
         return EXIT_USAGE
     except DaemonError as error:  # it went away mid-build
@@ -129,7 +132,6 @@ def _in_process_instead(why: Exception) -> None:
     """Say why the daemon is passed over (on stderr: --json's stdout stays one document), and
     let the caller build in-process."""
     print(f"lowerd: not using a daemon: {why}; building in this process", file=sys.stderr)
-    return None
 
 
 def _progress_shower(progress: Callable[..., None] | None) -> Callable[[ProgressFrame], None]:

@@ -22,7 +22,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["LOWERD_LOG_LEVEL"] = "DEBUG"
     _quiet_library_logs()
     try:
-        return args.run(args)
+        exit_code: int = args.run(args)
+        return exit_code
     except ConfigError as error:
         print(f"lowerd: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -55,8 +55,8 @@ def _target_lines(target: dict[str, Any], view: ReportView) -> list[str]:
 def _op_line(op: dict[str, Any]) -> str:
     where = f"{op['file']}:{op['line']}" if op["file"] else "(no user source line)"
     line = f"    not delegated  {op['op']:<28} {where:<28} {op['reason']}"
-    origin = [_frame_text(op.get("library"), op.get("module_class")), op.get("module_path")]
-    origin = [part for part in origin if part]
+    parts = [_frame_text(op.get("library"), op.get("module_class")), op.get("module_path")]
+    origin = [str(part) for part in parts if part]
     return line + (f"  ({' in '.join(origin)})" if origin else "")
 
 

@@ -258,11 +258,12 @@ def process_alive(pid: int) -> bool:
     return stat_line.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
-def peer_uid(sock: Any) -> int:
+def peer_uid(sock: Any) -> int:  # a socket, or asyncio's TransportSocket around one
     """The uid of the process at the other end of a connected Unix socket, from the kernel: both
     ends check it, so neither serves nor trusts another user's process."""
     credentials = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-    return _UCRED.unpack(credentials)[1]
+    uid: int = _UCRED.unpack(credentials)[1]
+    return uid
 
 
 class InstanceLock:
