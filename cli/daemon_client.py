@@ -96,7 +96,7 @@ def build_via_daemon(
     except (RuntimeDirError, DaemonError) as error:
         if not start:  # no usable daemon, none asked for: build in-process, as without one
             _in_process_instead(error)
-        return None
+            return None
         print(f"lowerd: {error}", file=sys.stderr)
         return EXIT_USAGE
     if status is None:
@@ -108,7 +108,7 @@ def build_via_daemon(
     except DaemonUnreachable as error:
         if not start:  # the request never left: building in-process loses nothing
             _in_process_instead(error)
-        return None
+            return None
         print(f"lowerd: {error}; try `lowerd daemon restart`", file=sys.stderr)
         return EXIT_USAGE
     except DaemonError as error:  # it went away mid-build

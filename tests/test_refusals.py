@@ -295,7 +295,7 @@ def test_a_real_builds_document_carries_the_coverage_every_view_shows(built: dic
     assert document["coverage"] == {"percent": percent, "backends": ["XNNPACK"]}
     # Shown, not recomputed: the CLI's line and the editor's lens say the report's words.
     assert f"  forward: {method['summary']}\n" in format_report({"targets": [document]}, 1.0)
-    lens = lens_title(document, building=False)
+    lens = lens_title(TargetResult.from_json(document), building=False)
     assert lens == f"lowerd: forward: {method['summary']}; {method['fixes_hint']}"
     # Through JSON and back (the build record, the worker pipe): the same result.
     assert TargetResult.from_json(json.loads(json.dumps(document))).to_json() == document
