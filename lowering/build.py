@@ -2,12 +2,15 @@
 
 The lowering is ExecuTorch's own `to_edge_transform_and_lower(...).to_executorch()` with default
 configs; lowerd only wraps the backends' preprocess with its cache and listens to the partitioners.
-So the bytes written are the bytes a stock run produces.
+So the bytes written are the bytes a stock run produces. A target's `etrecord` and
+`external_constants` keys are passed on as a script passes them, and what they make (the
+ETRecord, the .ptd files) is written beside the .pte.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 import time
 from collections.abc import Callable
@@ -24,9 +27,11 @@ from lowerd.project.backends import BACKENDS
 from lowerd.project.build_state import (
     FileStamp,
     TargetState,
+    data_file_path,
     discard_output,
     forget_state,
     load_state,
+    owned_data_files,
     save_state,
     stamp_files,
     target_inputs_digest,
@@ -34,7 +39,7 @@ from lowerd.project.build_state import (
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.errors import ExportError, LowerdError, LoweringError
 from lowerd.project.report_model import MethodReport
-from lowerd.project.result import CacheSummary, SourceSite, TargetResult
+from lowerd.project.result import CacheSummary, DataFile, SourceSite, TargetResult
 from lowerd.project.source_map import UserFiles
 
 # stage, target name, detail ("3/42" during preprocess)
@@ -130,11 +135,15 @@ class _TargetBuilder:
         return sites
 
     def _same_program(self, previous: TargetState, program: ProgramFingerprint) -> bool:
+        # An ETRecord holds the programs' source lines, which an edit that keeps the program may
+        # move: it is written afresh.
         return (
-            previous.method_digests == program.digests
+            not self.target.etrecord
+            and previous.method_digests == program.digests
             and previous.inputs_digest == target_inputs_digest(self.config, self.target)
             and previous.output.path == str(self.config.output_path(self.target.name))
             and previous.output.unchanged()
+            and all(data_file.unchanged() for data_file in previous.data_files)
         )
 
     def _reuse(
@@ -149,6 +158,7 @@ class _TargetBuilder:
             sha256=previous.output.sha256,
             methods=_previous_reports(previous, program),
             reused="same-program",
+            data_files=TargetResult.from_json(previous.report).data_files,
         )
 
     def _report_provisionally(
@@ -166,12 +176,17 @@ class _TargetBuilder:
     def _lower_and_write(self, exported: dict[str, Any], started: float) -> TargetResult:
         edge, reports, preprocess = self._lower(exported)
         self._stage("emit")
-        buffer = self._emit(edge)
+        buffer, manager = self._emit(edge)
         self._stage("write")
         output = self.config.output_path(self.target.name)
         output.parent.mkdir(parents=True, exist_ok=True)
+        stale = owned_data_files(self.config, self.target)
+        # The data files first: a reader that sees the new .pte finds its data beside it.
+        data_files = self._write_data_files(manager)
         # Readers see the old .pte or the new one, never a half-written one; others may read it.
         write_atomic(output, buffer, mode=0o644)
+        for path in stale - {Path(data_file.path) for data_file in data_files}:
+            path.unlink(missing_ok=True)
         return TargetResult(
             name=self.target.name,
             status="ok",
@@ -180,7 +195,33 @@ class _TargetBuilder:
             sha256=hashlib.sha256(buffer).hexdigest(),
             cache=CacheSummary(preprocess.hits, preprocess.misses, preprocess.rebased),
             methods=reports,
+            data_files=data_files,
         )
+
+    def _write_data_files(self, manager: Any) -> list[DataFile]:
+        """What ExecutorchProgramManager.write_tensor_data_to_file would write (one .ptd per tag
+        of its external data), then the ETRecord, each atomically beside the .pte."""
+        written: list[tuple[Path, bytes, str]] = []
+        for tag, cord in sorted((manager._tensor_data or {}).items()):
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", tag):
+                raise self._blame(
+                    LoweringError, ValueError(tag), f"external data tag {tag!r} names no file"
+                )
+            path = data_file_path(self.config, self.target, "ptd", tag)
+            written.append((path, bytes(cord), "ptd"))
+        if self.target.etrecord:
+            etrecord = io.BytesIO()
+            try:
+                manager.get_etrecord().save(etrecord)
+            except Exception as error:
+                raise self._blame(LoweringError, error, "saving the ETRecord failed") from error
+            path = data_file_path(self.config, self.target, "etrecord")
+            written.append((path, etrecord.getvalue(), "etrecord"))
+        data_files = []
+        for path, data, kind in written:
+            write_atomic(path, data, mode=0o644)
+            data_files.append(DataFile(str(path), hashlib.sha256(data).hexdigest(), kind))
+        return data_files
 
     def _record_state(
         self, result: TargetResult, recorder: InputRecorder, program: ProgramFingerprint | None
@@ -196,6 +237,7 @@ class _TargetBuilder:
             inputs_digest=target_inputs_digest(self.config, self.target),
             sources=sources,
             output=FileStamp.of(Path(result.output or "")),  # every result of run() has one
+            data_files=[FileStamp.of(Path(data_file.path)) for data_file in result.data_files],
             method_digests=program.digests if program else {},
             method_lines=program.lines if program else {},
             report=result.to_json(),
@@ -248,7 +290,9 @@ class _TargetBuilder:
         preprocess = PreprocessCache(self.store, on_preprocess=self._preprocessed)
         try:
             with preprocess.installed(), speedups.installed(), pass_skips.installed():
-                edge = to_edge_transform_and_lower(exported, partitioner=partitioners)
+                edge = to_edge_transform_and_lower(
+                    exported, partitioner=partitioners, generate_etrecord=self.target.etrecord
+                )
         except LowerdError:
             raise
         except Exception as error:
@@ -292,9 +336,16 @@ class _TargetBuilder:
         self.partitions_done += len(record.blob_digests)
         self._stage("preprocess", f"{self.partitions_done}/{max(self.partitions_expected, 1)}")
 
-    def _emit(self, edge: Any) -> bytes:
+    def _emit(self, edge: Any) -> tuple[bytes, Any]:
+        """The .pte's bytes and the ExecutorchProgramManager (its external data, its ETRecord)."""
         try:
-            return bytes(edge.to_executorch().buffer)
+            if self.target.external_constants:
+                from executorch.exir import ExecutorchBackendConfig
+
+                manager = edge.to_executorch(ExecutorchBackendConfig(external_constants=True))
+            else:
+                manager = edge.to_executorch()
+            return bytes(manager.buffer), manager
         except Exception as error:
             raise self._blame(LoweringError, error, "ExecuTorch emission failed") from error
 

@@ -25,6 +25,8 @@ from lowerd.project.result import TargetResult
 
 STATE_VERSION = 1
 STATE_DIR = ".lowerd"
+# The tag ExecuTorch's external_constants_pass gives every constant it moves out of the .pte.
+DEFAULT_EXTERNAL_TAG = "_default_external_constant"
 
 
 @dataclass
@@ -65,6 +67,8 @@ class TargetState:
     # None for a node without one: lowering/program_fingerprint.py).
     method_lines: dict[str, list[list[Any] | None]] = field(default_factory=dict)
     report: dict[str, Any] = field(default_factory=dict)
+    # The .ptd and .etrecord files written beside the output (TargetResult.data_files).
+    data_files: list[FileStamp] = field(default_factory=list)
 
 
 def state_path(config: ProjectConfig, target: TargetConfig) -> Path:
@@ -86,6 +90,7 @@ def load_state(config: ProjectConfig, target: TargetConfig) -> TargetState | Non
             method_digests=state["method_digests"],
             method_lines=state["method_lines"],
             report=state["report"],
+            data_files=[FileStamp(**s) for s in state.get("data_files", [])],
         )
     except (OSError, ValueError, KeyError, TypeError, msgpack.UnpackException):
         return None
@@ -103,16 +108,37 @@ def forget_state(config: ProjectConfig, target: TargetConfig) -> None:
 
 
 def discard_output(config: ProjectConfig, target: TargetConfig) -> None:
-    """Remove a failed target's .pte and build record.
+    """Remove a failed target's .pte, its data files (.ptd, .etrecord) and build record.
 
     The last good .pte no longer matches the sources, and a file on disk is taken for current by
     whatever picks it up (an app bundle step, a device push), so a failed target has no output,
     as Bazel deletes an action's stale outputs before it runs.
     """
+    data_files = owned_data_files(config, target)
     forget_state(config, target)
-    output = config.output_path(target.name)
-    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-        output.unlink()
+    for path in (config.output_path(target.name), *data_files):
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+            path.unlink()
+
+
+def data_file_path(config: ProjectConfig, target: TargetConfig, kind: str, tag: str = "") -> Path:
+    """Where a data file of the target goes, beside its .pte: <target>.etrecord; <target>.ptd for
+    ExecuTorch's default external-constant tag, else <target>.<tag>.ptd. The target's name comes
+    first so that two targets in one out_dir never write (or remove) each other's files."""
+    if kind == "etrecord":
+        return config.out_dir / f"{target.name}.etrecord"
+    if not tag or tag == DEFAULT_EXTERNAL_TAG:
+        return config.out_dir / f"{target.name}.ptd"
+    return config.out_dir / f"{target.name}.{tag.removesuffix('.ptd')}.ptd"
+
+
+def owned_data_files(config: ProjectConfig, target: TargetConfig) -> set[Path]:
+    """The data files an earlier build of the target may have left: those its record lists and
+    the default names (the record may be gone)."""
+    state = load_state(config, target)
+    recorded = {Path(f.path) for f in state.data_files} if state is not None else set()
+    defaults = {data_file_path(config, target, "etrecord"), data_file_path(config, target, "ptd")}
+    return recorded | defaults
 
 
 def discard_failed_output(config: ProjectConfig, result: TargetResult) -> None:
@@ -135,6 +161,9 @@ def why_out_of_date(
         return "configuration or tool versions changed"
     if state.output.path != str(config.output_path(target.name)) or not state.output.unchanged():
         return "output missing or modified"
+    for data_file in state.data_files:
+        if not data_file.unchanged():
+            return f"{data_file.path} missing or modified"
     for source in state.sources:
         if not source.unchanged():
             return f"{source.path} changed"
@@ -155,6 +184,8 @@ def target_inputs_digest(config: ProjectConfig, target: TargetConfig) -> str:
         str(STATE_VERSION),
         target.entry,
         ",".join(target.backends),
+        f"etrecord={target.etrecord}",
+        f"external_constants={target.external_constants}",
         str(config.root),
         *tool_versions(),
     ]

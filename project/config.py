@@ -37,9 +37,10 @@ PROJECT_KEYS = (
     "timeout",
     "daemon",
     "warm_libraries",
+    "etrecord",
     "targets",
 )
-TARGET_KEYS = ("entry", "backends")
+TARGET_KEYS = ("entry", "backends", "etrecord", "external_constants")
 
 LOWERD: KeyPath = ("tool", "lowerd")
 TARGETS: KeyPath = (*LOWERD, "targets")
@@ -58,6 +59,10 @@ class TargetConfig:
     line: int
     # The `entry = ...` line: where a missing file or function is blamed.
     entry_line: int
+    # Write <name>.etrecord beside the .pte (to_edge_transform_and_lower(generate_etrecord=True)).
+    etrecord: bool = False
+    # ExecutorchBackendConfig(external_constants=True): constants go to .ptd files beside the .pte.
+    external_constants: bool = False
 
     def entry_parts(self) -> tuple[str, str]:
         """(file path or module name, function name) of the entry."""
@@ -85,6 +90,8 @@ class ProjectConfig:
     targets: dict[str, TargetConfig]
     # sha256 of the [tool.lowerd] table, canonically serialized: changes iff the config does.
     digest: str
+    # Every target's default for `etrecord`.
+    etrecord: bool = False
 
     def with_backends(self, backends: tuple[str, ...] | None) -> ProjectConfig:
         """Every target lowered with `backends` instead (an editor's override); None: as written."""
@@ -219,6 +226,7 @@ class _Reader:
         self.check_keys(table, PROJECT_KEYS, LOWERD, "[tool.lowerd]")
         root = self.path.parent
         backends = self.backends(table, LOWERD, DEFAULT_BACKENDS)
+        etrecord = self.flag(table, "etrecord")
         return ProjectConfig(
             path=self.path,
             root=root,
@@ -229,20 +237,32 @@ class _Reader:
             timeout=self.timeout(table.get("timeout")),
             daemon=self.flag(table, "daemon"),
             warm_libraries=self.flag(table, "warm_libraries", default=True),
-            targets=self.targets(table.get("targets"), backends),
+            targets=self.targets(table.get("targets"), backends, etrecord),
             digest=_digest(table),
+            etrecord=etrecord,
         )
 
-    def targets(self, table: Any, default_backends: tuple[str, ...]) -> dict[str, TargetConfig]:
+    def targets(
+        self, table: Any, default_backends: tuple[str, ...], default_etrecord: bool = False
+    ) -> dict[str, TargetConfig]:
         if table is None:
             raise self.error("no targets: add a [tool.lowerd.targets.<name>] table", LOWERD)
         if not isinstance(table, dict):
             raise self.error(f"targets must be a table, got {_describe(table)}", TARGETS)
         if not table:
             raise self.error("no targets: add a [tool.lowerd.targets.<name>] table", TARGETS)
-        return {name: self.target(name, value, default_backends) for name, value in table.items()}
+        return {
+            name: self.target(name, value, default_backends, default_etrecord)
+            for name, value in table.items()
+        }
 
-    def target(self, name: str, table: Any, default_backends: tuple[str, ...]) -> TargetConfig:
+    def target(
+        self,
+        name: str,
+        table: Any,
+        default_backends: tuple[str, ...],
+        default_etrecord: bool = False,
+    ) -> TargetConfig:
         key = (*TARGETS, name)
         line = self.target_line(key)
         if not _TARGET_NAME.fullmatch(name):
@@ -263,7 +283,13 @@ class _Reader:
         backends = self.backends(table, key, default_backends)
         entry_line = self.line((*key, "entry")) or line
         return TargetConfig(
-            name=name, entry=entry, backends=backends, line=line, entry_line=entry_line
+            name=name,
+            entry=entry,
+            backends=backends,
+            line=line,
+            entry_line=entry_line,
+            etrecord=self.flag(table, "etrecord", default_etrecord, key),
+            external_constants=self.flag(table, "external_constants", key=key),
         )
 
     def target_line(self, key: KeyPath) -> int:
@@ -363,12 +389,12 @@ class _Reader:
             )
         return float(value)
 
-    def flag(self, table: dict[str, Any], name: str, default: bool = False) -> bool:
+    def flag(
+        self, table: dict[str, Any], name: str, default: bool = False, key: KeyPath = LOWERD
+    ) -> bool:
         value = table.get(name, default)
         if not isinstance(value, bool):
-            raise self.error(
-                f"{name} must be true or false, got {_describe(value)}", (*LOWERD, name)
-            )
+            raise self.error(f"{name} must be true or false, got {_describe(value)}", (*key, name))
         return value
 
     def check_keys(

@@ -10,7 +10,8 @@ pipe, the daemon's socket, the build record and the editor's payloads.
      "cache": {"hits", "misses", "rebased"}, "methods": {NAME: MethodReport},
      "error": {"kind", "message", "file", "line"} | None, "entry": {"file", "line"} | None,
      "modules": {METHOD: {"file", "line", "name"}}, "memo": {KIND: {"hits", "misses"}},
-     "coverage": {"percent", "backends"}}
+     "coverage": {"percent", "backends"},
+     "data_files": [{"path", "sha256", "kind": "ptd"|"etrecord"}]}
 
 `coverage` is computed from the methods (to_json writes it, from_json ignores it). No torch here.
 """
@@ -66,6 +67,24 @@ class CacheSummary:
     def from_json(cls, raw: Mapping[str, Any] | None) -> CacheSummary:
         raw = raw or {}
         return cls(int(raw.get("hits", 0)), int(raw.get("misses", 0)), int(raw.get("rebased", 0)))
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A file written beside the .pte: {"path", "sha256", "kind"}. `kind` is "ptd" (constants or
+    named data ExecuTorch put in a .ptd file) or "etrecord" (the devtools' ETRecord). The path is
+    named like the result's output."""
+
+    path: str
+    sha256: str
+    kind: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"path": self.path, "sha256": self.sha256, "kind": self.kind}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> DataFile:
+        return cls(str(raw["path"]), str(raw["sha256"]), str(raw.get("kind") or "ptd"))
 
 
 @dataclass(frozen=True)
@@ -134,6 +153,8 @@ class TargetResult:
     reused: str | None = None
     # Memoized stages besides blobs, by memo kind: {"qparams": {"hits": h, "misses": m}}.
     memo: dict[str, dict[str, int]] = field(default_factory=dict)
+    # The .ptd and .etrecord files written beside the output, in the order written.
+    data_files: list[DataFile] = field(default_factory=list)
 
     # Named constructors ----------------------------------------------------------------------
 
@@ -212,6 +233,7 @@ class TargetResult:
             "modules": {name: site.to_json() for name, site in self.modules.items()},
             "memo": {kind: dict(counts) for kind, counts in self.memo.items()},
             "coverage": self.coverage.to_json(),
+            "data_files": [data_file.to_json() for data_file in self.data_files],
         }
 
     @classmethod
@@ -241,4 +263,5 @@ class TargetResult:
             modules=modules,
             reused=raw.get("reused"),
             memo={kind: dict(counts) for kind, counts in (raw.get("memo") or {}).items()},
+            data_files=[DataFile.from_json(f) for f in raw.get("data_files") or []],
         )

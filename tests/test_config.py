@@ -361,7 +361,7 @@ def test_no_lowerd_table(tmp_path: Path) -> None:
                 "unknown key 'outdir' in [tool.lowerd]",
                 "unknown key 'outdir' in [tool.lowerd] (did you mean 'out_dir'?); allowed keys",
                 "allowed keys: backends, out_dir, cache_dir, cache_max_size, timeout, daemon, "
-                "warm_libraries, targets",
+                "warm_libraries, etrecord, ",
             ],
             id="unknown-project-key",
         ),

@@ -55,6 +55,7 @@ DOCUMENT_KEYS = {
     "modules",
     "memo",
     "coverage",
+    "data_files",
 }
 
 
