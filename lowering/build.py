@@ -106,7 +106,12 @@ class _TargetBuilder:
             with qparams.installed():  # the entry quantizes: convert_pt2e runs the searches
                 self.entry = entry = load_entry(self.config, self.target)
             exported = self._export(entry.methods)
-        program = fingerprint(exported, self.target.backends, self.user_files)
+        program = fingerprint(
+            exported,
+            self.target.backends,
+            self.user_files,
+            self.target.used_backend_options(),
+        )
         if program and previous and self._same_program(previous, program):
             result = self._reuse(previous, program, started)
         else:
@@ -114,6 +119,7 @@ class _TargetBuilder:
             result = self._lower_and_write(exported, started)
         result.entry = self.entry_site()
         result.modules = self._module_sites(entry)
+        result.backend_options = self.target.used_backend_options()
         if qparams.hits or qparams.misses:
             result.memo["qparams"] = qparams.counts()
         self._record_state(result, recorder, program)
@@ -282,7 +288,7 @@ class _TargetBuilder:
         reasons = PartitionReasons()
         partitioners = []
         for backend in backends:
-            partitioner = make_partitioner(backend)
+            partitioner = make_partitioner(backend, self.target.backend_options.get(backend.name))
             reasons.watch(partitioner, backend.display)
             partitioners.append(partitioner)
         # The last partitioner to run sees each method's final split into partitions.

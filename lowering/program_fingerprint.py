@@ -2,12 +2,14 @@
 
 Two exports with equal digests lower to the same bytes: the digest covers the graph in order
 (without run-specific or provenance metadata), the weights' contents, dynamic-shape ranges, the
-backends and the tool versions — the partition key's encoding applied to the whole program. The
+backends with their partitioner options and the tool versions — the partition key's encoding
+applied to the whole program. The
 lines are kept beside it so that a report reused after a comment edit can point at moved code.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,13 +26,18 @@ class ProgramFingerprint:
 
 
 def fingerprint(
-    exported: dict[str, Any], backends: tuple[str, ...], user_files: UserFiles
+    exported: dict[str, Any],
+    backends: tuple[str, ...],
+    user_files: UserFiles,
+    backend_options: dict[str, dict[str, Any]] | None = None,
 ) -> ProgramFingerprint | None:
     """None when a method holds a value with no stable encoding: it is then always lowered."""
+    label = "+".join(backends)
+    if backend_options:  # without options, the digests of before options existed
+        label += " " + json.dumps(backend_options, sort_keys=True)
     try:
         digests = {
-            name: key_details("+".join(backends), [program], [[]]).digest()
-            for name, program in exported.items()
+            name: key_details(label, [program], [[]]).digest() for name, program in exported.items()
         }
     except Unkeyable:
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -184,6 +185,8 @@ def target_inputs_digest(config: ProjectConfig, target: TargetConfig) -> str:
         str(STATE_VERSION),
         target.entry,
         ",".join(target.backends),
+        # The used backends' partitioner options: changing one rebuilds, another backend's not.
+        "backend_options=" + json.dumps(target.used_backend_options(), sort_keys=True),
         f"etrecord={target.etrecord}",
         f"external_constants={target.external_constants}",
         str(config.root),

@@ -16,12 +16,12 @@ import re
 import stat
 import tomllib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from lowerd.cache.location import parse_size
-from lowerd.project.backends import KNOWN_BACKENDS
+from lowerd.project.backends import BACKEND_OPTIONS, BACKENDS, KNOWN_BACKENDS, OptionKind
 from lowerd.project.errors import ConfigError
 from lowerd.project.toml_lines import KeyLocator, KeyPath
 
@@ -38,9 +38,10 @@ PROJECT_KEYS = (
     "daemon",
     "warm_libraries",
     "etrecord",
+    "backend_options",
     "targets",
 )
-TARGET_KEYS = ("entry", "backends", "etrecord", "external_constants")
+TARGET_KEYS = ("entry", "backends", "etrecord", "external_constants", "backend_options")
 
 LOWERD: KeyPath = ("tool", "lowerd")
 TARGETS: KeyPath = (*LOWERD, "targets")
@@ -63,6 +64,9 @@ class TargetConfig:
     etrecord: bool = False
     # ExecutorchBackendConfig(external_constants=True): constants go to .ptd files beside the .pte.
     external_constants: bool = False
+    # backend name -> its partitioner's options ([tool.lowerd.backend_options.<backend>] with
+    # the target's own table laid over it, option by option), for every backend given any.
+    backend_options: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
 
     def entry_parts(self) -> tuple[str, str]:
         """(file path or module name, function name) of the entry."""
@@ -72,6 +76,10 @@ class TargetConfig:
     @property
     def entry_is_path(self) -> bool:
         return _is_path(self.entry_parts()[0])
+
+    def used_backend_options(self) -> dict[str, dict[str, Any]]:
+        """The options of the backends this target lowers with: what decides its bytes."""
+        return {b: self.backend_options[b] for b in self.backends if self.backend_options.get(b)}
 
 
 @dataclass(frozen=True)
@@ -219,6 +227,8 @@ class _Reader:
     def __init__(self, path: Path, text: str):
         self.path = path
         self.locator = KeyLocator(text)
+        # [tool.lowerd.backend_options]: every target's, under its own.
+        self.default_options: dict[str, dict[str, Any]] = {}
 
     def project(self, table: Any) -> ProjectConfig:
         if not isinstance(table, dict):
@@ -227,6 +237,7 @@ class _Reader:
         root = self.path.parent
         backends = self.backends(table, LOWERD, DEFAULT_BACKENDS)
         etrecord = self.flag(table, "etrecord")
+        self.default_options = self.backend_options(table, LOWERD, {})
         return ProjectConfig(
             path=self.path,
             root=root,
@@ -290,6 +301,7 @@ class _Reader:
             entry_line=entry_line,
             etrecord=self.flag(table, "etrecord", default_etrecord, key),
             external_constants=self.flag(table, "external_constants", key=key),
+            backend_options=self.backend_options(table, key, self.default_options),
         )
 
     def target_line(self, key: KeyPath) -> int:
@@ -347,6 +359,103 @@ class _Reader:
             if name in names[:i]:
                 raise self.error(f"backend {name!r} is listed twice", (*key, i))
         return tuple(names)
+
+    def backend_options(
+        self, table: dict[str, Any], key: KeyPath, default: dict[str, dict[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
+        """[<key>.backend_options.<backend>] tables laid over `default`, option by option."""
+        merged = {backend: dict(options) for backend, options in default.items()}
+        if "backend_options" not in table:
+            return merged
+        value, key = table["backend_options"], (*key, "backend_options")
+        known = ", ".join(BACKEND_OPTIONS)
+        if not isinstance(value, dict):
+            raise self.error(
+                "backend_options must be a table of backends, like [tool.lowerd.backend_options."
+                f"xnnpack], got {_describe(value)}",
+                key,
+            )
+        for backend, options in value.items():
+            backend_key = (*key, backend)
+            if backend not in BACKEND_OPTIONS:
+                hint = _did_you_mean(backend, BACKEND_OPTIONS)
+                raise self.error(
+                    f"unknown backend {backend!r} in backend_options{hint}; "
+                    f"known backends: {known}",
+                    backend_key,
+                )
+            if not isinstance(options, dict):
+                raise self.error(
+                    f"backend_options.{backend} must be a table of options, got "
+                    f"{_describe(options)}",
+                    backend_key,
+                )
+            where = f"{BACKENDS[backend].display} option"
+            kinds = BACKEND_OPTIONS[backend]
+            for name, option in options.items():
+                merged.setdefault(backend, {})[name] = self.option(
+                    name, option, kinds, (*backend_key, name), where
+                )
+        return merged
+
+    def option(
+        self, name: str, value: Any, kinds: dict[str, OptionKind], key: KeyPath, where: str
+    ) -> Any:
+        """A backend option's value, checked against its kind (project/backends.py)."""
+        if name not in kinds:
+            hint = _did_you_mean(name, kinds)
+            raise self.error(
+                f"unknown {where} {name!r}{hint}; valid options: {', '.join(kinds)}", key
+            )
+        kind = kinds[name]
+        wrong = self.error(f"{name} must be {kind.describe()}, got {_describe(value)}", key)
+        if kind.kind == "bool":
+            if not isinstance(value, bool):
+                raise wrong
+            return value
+        if kind.kind == "int":
+            if not _positive_int(value):
+                raise wrong
+            return value
+        if kind.kind == "ints3":
+            if not isinstance(value, list) or len(value) != 3:
+                raise wrong
+            if not all(_positive_int(v) for v in value):
+                raise wrong
+            return list(value)
+        if kind.kind == "choice":
+            if not isinstance(value, str):
+                raise wrong
+            self.check_name(name, value, kind.choices, key)
+            return value
+        if kind.kind == "names":
+            if not isinstance(value, list) or not value:
+                raise self.error(
+                    f"{name} must be a non-empty list of names from {', '.join(kind.choices)}, "
+                    f"got {_describe(value)}",
+                    key,
+                )
+            for i, item in enumerate(value):
+                if not isinstance(item, str):
+                    raise self.error(f"{name} holds names, got {_describe(item)}", (*key, i))
+                self.check_name(name, item, kind.choices, (*key, i))
+                if item in value[:i]:
+                    raise self.error(f"{item!r} is listed twice in {name}", (*key, i))
+            return list(value)
+        if not isinstance(value, dict):  # a table of options of its own
+            raise wrong
+        table = dict(kind.table)
+        return {
+            sub: self.option(sub, item, table, (*key, sub), f"{name} key")
+            for sub, item in value.items()
+        }
+
+    def check_name(self, option: str, name: str, valid: Sequence[str], key: KeyPath) -> None:
+        if name not in valid:
+            hint = _did_you_mean(name, valid)
+            raise self.error(
+                f"unknown {option} value {name!r}{hint}; valid values: {', '.join(valid)}", key
+            )
 
     def folder(self, table: dict[str, Any], name: str, default: str = "") -> Path:
         value = table.get(name, default)
@@ -476,6 +585,11 @@ def _did_you_mean(word: str, choices: Iterable[str]) -> str:
 
 
 _SCALAR_KINDS = {bool: "boolean", int: "integer", float: "float", str: "string"}
+
+
+def _positive_int(value: Any) -> bool:
+    # bool is an int to Python, but `buffer_limit = true` is surely a mistake.
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _is_size(text: str) -> bool:

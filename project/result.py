@@ -10,7 +10,7 @@ pipe, the daemon's socket, the build record and the editor's payloads.
      "cache": {"hits", "misses", "rebased"}, "methods": {NAME: MethodReport},
      "error": {"kind", "message", "file", "line"} | None, "entry": {"file", "line"} | None,
      "modules": {METHOD: {"file", "line", "name"}}, "memo": {KIND: {"hits", "misses"}},
-     "coverage": {"percent", "backends"},
+     "coverage": {"percent", "backends"}, "backend_options": {BACKEND: {OPTION: value}},
      "data_files": [{"path", "sha256", "kind": "ptd"|"etrecord"}]}
 
 `coverage` is computed from the methods (to_json writes it, from_json ignores it). No torch here.
@@ -153,6 +153,9 @@ class TargetResult:
     reused: str | None = None
     # Memoized stages besides blobs, by memo kind: {"qparams": {"hits": h, "misses": m}}.
     memo: dict[str, dict[str, int]] = field(default_factory=dict)
+    # The partitioner options each backend was built with ([tool.lowerd] backend_options), by
+    # backend name; only the backends given any.
+    backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The .ptd and .etrecord files written beside the output, in the order written.
     data_files: list[DataFile] = field(default_factory=list)
 
@@ -232,6 +235,7 @@ class TargetResult:
             "entry": self.entry.to_json() if self.entry else None,
             "modules": {name: site.to_json() for name, site in self.modules.items()},
             "memo": {kind: dict(counts) for kind, counts in self.memo.items()},
+            "backend_options": {name: dict(opts) for name, opts in self.backend_options.items()},
             "coverage": self.coverage.to_json(),
             "data_files": [data_file.to_json() for data_file in self.data_files],
         }
@@ -263,5 +267,8 @@ class TargetResult:
             modules=modules,
             reused=raw.get("reused"),
             memo={kind: dict(counts) for kind, counts in (raw.get("memo") or {}).items()},
+            backend_options={
+                name: dict(opts) for name, opts in (raw.get("backend_options") or {}).items()
+            },
             data_files=[DataFile.from_json(f) for f in raw.get("data_files") or []],
         )

@@ -56,6 +56,7 @@ DOCUMENT_KEYS = {
     "memo",
     "coverage",
     "data_files",
+    "backend_options",
 }
 
 
