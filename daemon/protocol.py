@@ -300,7 +300,7 @@ class WorkerJob:
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    stage: str  # load, export, partition, preprocess, emit, write
+    stage: str  # load, quantize, export, partition, preprocess, emit, write
     detail: str | None = None  # the method during export, "3/42" during preprocess
 
     def to_frame(self) -> Frame:

@@ -47,7 +47,7 @@ Progress = Callable[[str, str, str | None], None]
 # method name, its report as soon as partitioning is done (before preprocess): editors show
 # coverage while the slow part still runs.
 Partitioned = Callable[[str, MethodReport], None]
-Stage = Literal["load", "export", "partition", "preprocess", "emit", "write"]
+Stage = Literal["load", "quantize", "export", "partition", "preprocess", "emit", "write"]
 
 
 def build_target(
@@ -105,7 +105,8 @@ class _TargetBuilder:
             self._stage("load")
             with qparams.installed():  # the entry quantizes: convert_pt2e runs the searches
                 self.entry = entry = load_entry(self.config, self.target)
-            exported = self._export(entry.methods)
+                methods = self._quantize(entry.methods)  # [quantize]: the same searches
+            exported = self._export(methods)
         program = fingerprint(
             exported,
             self.target.backends,
@@ -120,6 +121,7 @@ class _TargetBuilder:
         result.entry = self.entry_site()
         result.modules = self._module_sites(entry)
         result.backend_options = self.target.used_backend_options()
+        result.quantize = self.target.quantize.scheme if self.target.quantize else None
         if qparams.hits or qparams.misses:
             result.memo["qparams"] = qparams.counts()
         self._record_state(result, recorder, program)
@@ -252,6 +254,21 @@ class _TargetBuilder:
 
     def _stage(self, stage: Stage, detail: str | None = None) -> None:
         self.progress(stage, self.target.name, detail)
+
+    def _quantize(self, methods: dict[str, MethodSpec]) -> dict[str, MethodSpec]:
+        """Each method quantized by ExecuTorch's PT2E flow, when the target declares it."""
+        quantize = self.target.quantize
+        if quantize is None:
+            return methods
+        from lowerd.lowering.quantize import calibration_samples, quantize_method
+
+        self._stage("quantize")
+        samples = calibration_samples(self.config, self.target, quantize, list(methods))
+        quantized = {}
+        for name, method in methods.items():
+            self._stage("quantize", name)
+            quantized[name] = quantize_method(method, quantize, samples.get(name), self._blame)
+        return quantized
 
     def _export(self, methods: dict[str, MethodSpec]) -> dict[str, Any]:
         import torch

@@ -51,33 +51,41 @@ def load_entry(config: ProjectConfig, target: TargetConfig) -> LoadedEntry:
 
 
 def _find_function(config: ProjectConfig, target: TargetConfig) -> Callable[[], Any]:
-    where, function_name = target.entry_parts()
+    return find_function(config, target, target.entry, target.entry_line, "entry")
+
+
+def find_function(
+    config: ProjectConfig, target: TargetConfig, reference: str, line: int, role: str
+) -> Callable[..., Any]:
+    """The function a "file.py:fn" or "package.module:fn" reference names (the target's entry,
+    its calibration, ...), imported as the entry is; a failure is blamed on the config `line`."""
+    where, _, function_name = reference.rpartition(":")
     root = str(config.root)
     if root not in sys.path:  # entry files import their siblings as `models.blocks`
         sys.path.insert(0, root)
-    module = _import(config, target, where)
+    module = _import(config, target, where, line, role)
     function: Any = getattr(module, function_name, None)
     if function is None:
         raise EntryError(
-            f"{where} has no function {function_name!r} (entry of target {target.name!r})",
+            f"{where} has no function {function_name!r} ({role} of target {target.name!r})",
             config.path,
-            target.entry_line,
+            line,
         )
     if not callable(function):
         raise EntryError(
-            f"entry {target.entry} is a {type(function).__name__}, not a function",
+            f"{role} {reference} is a {type(function).__name__}, not a function",
             config.path,
-            target.entry_line,
+            line,
         )
-    entry: Callable[[], Any] = function
-    return entry
+    found: Callable[..., Any] = function
+    return found
 
 
-def _import(config: ProjectConfig, target: TargetConfig, where: str) -> Any:
+def _import(config: ProjectConfig, target: TargetConfig, where: str, line: int, role: str) -> Any:
     user_files = UserFiles(config.root)
     try:
-        if target.entry_is_path:
-            return _import_path(config, target, config.root / where)
+        if where.endswith(".py") or "/" in where:
+            return _import_path(config, target, config.root / where, line, role)
         return importlib.import_module(where)
     except SyntaxError as error:
         raise EntryError(
@@ -88,26 +96,24 @@ def _import(config: ProjectConfig, target: TargetConfig, where: str) -> Any:
             raise EntryError(
                 f"cannot import {where!r}: no module named {error.name!r}",
                 config.path,
-                target.entry_line,
+                line,
             ) from error
-        raise _blame(
-            error, user_files, str(config.path), target.entry_line, f"importing {where}"
-        ) from error
+        raise _blame(error, user_files, str(config.path), line, f"importing {where}") from error
     except EntryError:
         raise
     except Exception as error:
-        raise _blame(
-            error, user_files, str(config.path), target.entry_line, f"importing {where}"
-        ) from error
+        raise _blame(error, user_files, str(config.path), line, f"importing {where}") from error
 
 
-def _import_path(config: ProjectConfig, target: TargetConfig, path: Path) -> Any:
+def _import_path(
+    config: ProjectConfig, target: TargetConfig, path: Path, line: int, role: str
+) -> Any:
     if not path.is_file():
         shown = path.relative_to(config.root) if path.is_relative_to(config.root) else path
         raise EntryError(
-            f"entry file {shown} does not exist (target {target.name!r})",
+            f"{role} file {shown} does not exist (target {target.name!r})",
             config.path,
-            target.entry_line,
+            line,
         )
     name = _module_name(config.root, path)
     if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
@@ -115,9 +121,9 @@ def _import_path(config: ProjectConfig, target: TargetConfig, path: Path) -> Any
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:  # the config refuses non-.py names; this is a backstop
         raise EntryError(
-            f"entry file {path} cannot be imported as Python (target {target.name!r})",
+            f"{role} file {path} cannot be imported as Python (target {target.name!r})",
             config.path,
-            target.entry_line,
+            line,
         )
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # so that dataclasses and pickling-free reflection find it

@@ -189,6 +189,8 @@ def target_inputs_digest(config: ProjectConfig, target: TargetConfig) -> str:
         "backend_options=" + json.dumps(target.used_backend_options(), sort_keys=True),
         f"etrecord={target.etrecord}",
         f"external_constants={target.external_constants}",
+        # The declared quantization: its scheme and calibration function (whose file is a source).
+        "quantize=" + json.dumps(target.quantize.to_json() if target.quantize else None),
         str(config.root),
         *tool_versions(),
     ]

@@ -41,7 +41,18 @@ PROJECT_KEYS = (
     "backend_options",
     "targets",
 )
-TARGET_KEYS = ("entry", "backends", "etrecord", "external_constants", "backend_options")
+TARGET_KEYS = (
+    "entry",
+    "backends",
+    "etrecord",
+    "external_constants",
+    "backend_options",
+    "quantize",
+)
+# [tool.lowerd.targets.T.quantize] scheme -> is_dynamic of ExecuTorch's
+# get_symmetric_quantization_config (both symmetric, per-channel).
+QUANTIZE_SCHEMES = {"xnnpack-int8": False, "xnnpack-int8-dynamic": True}
+QUANTIZE_KEYS = ("scheme", "calibration")
 
 LOWERD: KeyPath = ("tool", "lowerd")
 TARGETS: KeyPath = (*LOWERD, "targets")
@@ -49,6 +60,30 @@ TARGETS: KeyPath = (*LOWERD, "targets")
 # <name>.pte is written into out_dir, so a name must be a plain file stem.
 _TARGET_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _TOML_POSITION = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
+
+
+@dataclass(frozen=True)
+class QuantizeConfig:
+    """[tool.lowerd.targets.T.quantize]: ExecuTorch's PT2E flow with XNNPACKQuantizer."""
+
+    scheme: str  # a key of QUANTIZE_SCHEMES
+    # "file.py:fn" or "package.module:fn" returning example-argument tuples; None: the target's
+    # own example args.
+    calibration: str | None
+    line: int  # the table's (or its scheme key's) line
+    calibration_line: int
+
+    @property
+    def is_dynamic(self) -> bool:
+        return QUANTIZE_SCHEMES[self.scheme]
+
+    def calibration_parts(self) -> tuple[str, str]:
+        """(file path or module name, function name) of the calibration function."""
+        module_or_path, _, function = (self.calibration or "").rpartition(":")
+        return module_or_path, function
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scheme": self.scheme, "calibration": self.calibration}
 
 
 @dataclass(frozen=True)
@@ -67,6 +102,8 @@ class TargetConfig:
     # backend name -> its partitioner's options ([tool.lowerd.backend_options.<backend>] with
     # the target's own table laid over it, option by option), for every backend given any.
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
+    # Quantized with the PT2E flow before the final export; None: exported as the entry returns.
+    quantize: QuantizeConfig | None = None
 
     def entry_parts(self) -> tuple[str, str]:
         """(file path or module name, function name) of the entry."""
@@ -302,6 +339,44 @@ class _Reader:
             etrecord=self.flag(table, "etrecord", default_etrecord, key),
             external_constants=self.flag(table, "external_constants", key=key),
             backend_options=self.backend_options(table, key, self.default_options),
+            quantize=self.quantize(table, key),
+        )
+
+    def quantize(self, table: dict[str, Any], key: KeyPath) -> QuantizeConfig | None:
+        if "quantize" not in table:
+            return None
+        value, key = table["quantize"], (*key, "quantize")
+        schemes = ", ".join(QUANTIZE_SCHEMES)
+        if not isinstance(value, dict):
+            raise self.error(
+                f'quantize must be a table like {{ scheme = "xnnpack-int8" }}, got '
+                f"{_describe(value)}",
+                key,
+            )
+        self.check_keys(value, QUANTIZE_KEYS, key, "quantize")
+        if "scheme" not in value:
+            raise self.error(f"quantize has no scheme; valid schemes: {schemes}", key)
+        scheme = value["scheme"]
+        if not isinstance(scheme, str):
+            raise self.error(
+                f"quantize scheme must be a string, one of {schemes}; got {_describe(scheme)}",
+                (*key, "scheme"),
+            )
+        if scheme not in QUANTIZE_SCHEMES:
+            hint = _did_you_mean(scheme, QUANTIZE_SCHEMES)
+            raise self.error(
+                f"unknown quantize scheme {scheme!r}{hint}; valid schemes: {schemes}",
+                (*key, "scheme"),
+            )
+        calibration = value.get("calibration")
+        if calibration is not None:
+            calibration = self.entry(calibration, (*key, "calibration"), "calibration")
+        line = self.locator.header_line(key) or self.line((*key, "scheme")) or 1
+        return QuantizeConfig(
+            scheme=scheme,
+            calibration=calibration,
+            line=line,
+            calibration_line=self.line((*key, "calibration")) or line,
         )
 
     def target_line(self, key: KeyPath) -> int:
@@ -309,28 +384,29 @@ class _Reader:
         line = self.locator.header_line(key) or self.locator.line((*key, "entry"))
         return line or self.line(key) or 1
 
-    def entry(self, entry: Any, key: KeyPath) -> str:
+    def entry(self, entry: Any, key: KeyPath, what: str = "entry") -> str:
+        """A "file.py:function" or "package.module:function" reference (`what`: the key's name)."""
         if not isinstance(entry, str):
             raise self.error(
-                f'entry must be a string like "models/net.py:make", got {_describe(entry)}', key
+                f'{what} must be a string like "models/net.py:make", got {_describe(entry)}', key
             )
         module, colon, function = entry.rpartition(":")
         if not colon or not function:
             example = f"{module or entry or 'models/net.py'}:make"
-            raise self.error(f"entry {entry!r} must name a function: {example!r}", key)
+            raise self.error(f"{what} {entry!r} must name a function: {example!r}", key)
         if not module.strip():
-            raise self.error(f"entry {entry!r} needs a file or module before ':'", key)
+            raise self.error(f"{what} {entry!r} needs a file or module before ':'", key)
         if not function.isidentifier():
-            raise self.error(f"{function!r} in entry {entry!r} is not a function name", key)
+            raise self.error(f"{function!r} in {what} {entry!r} is not a function name", key)
         if _is_path(module) and not module.endswith(".py"):
             raise self.error(
-                f"entry file {module!r} is not a Python file: an entry names a .py file or a "
-                f"dotted module, like 'models/net.py:{function}'",
+                f"{what} file {module!r} is not a Python file: {_article(what)} {what} names a "
+                f".py file or a dotted module, like 'models/net.py:{function}'",
                 key,
             )
         if not _is_path(module) and not all(p.isidentifier() for p in module.split(".")):
             raise self.error(
-                f"{module!r} in entry {entry!r} is neither a .py file nor a dotted module name",
+                f"{module!r} in {what} {entry!r} is neither a .py file nor a dotted module name",
                 key,
             )
         return entry
@@ -575,6 +651,10 @@ def _name_limits(folder: Path) -> tuple[int, int]:
 
 def _is_path(module_or_path: str) -> bool:
     return module_or_path.endswith(".py") or "/" in module_or_path
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
 
 
 def _did_you_mean(word: str, choices: Iterable[str]) -> str:

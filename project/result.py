@@ -11,7 +11,7 @@ pipe, the daemon's socket, the build record and the editor's payloads.
      "error": {"kind", "message", "file", "line"} | None, "entry": {"file", "line"} | None,
      "modules": {METHOD: {"file", "line", "name"}}, "memo": {KIND: {"hits", "misses"}},
      "coverage": {"percent", "backends"}, "backend_options": {BACKEND: {OPTION: value}},
-     "data_files": [{"path", "sha256", "kind": "ptd"|"etrecord"}]}
+     "data_files": [{"path", "sha256", "kind": "ptd"|"etrecord"}], "quantize": SCHEME|null}
 
 `coverage` is computed from the methods (to_json writes it, from_json ignores it). No torch here.
 """
@@ -158,6 +158,8 @@ class TargetResult:
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The .ptd and .etrecord files written beside the output, in the order written.
     data_files: list[DataFile] = field(default_factory=list)
+    # The declared quantization scheme ([tool.lowerd.targets.T.quantize] scheme), if any.
+    quantize: str | None = None
 
     # Named constructors ----------------------------------------------------------------------
 
@@ -238,6 +240,7 @@ class TargetResult:
             "backend_options": {name: dict(opts) for name, opts in self.backend_options.items()},
             "coverage": self.coverage.to_json(),
             "data_files": [data_file.to_json() for data_file in self.data_files],
+            "quantize": self.quantize,
         }
 
     @classmethod
@@ -271,4 +274,5 @@ class TargetResult:
                 name: dict(opts) for name, opts in (raw.get("backend_options") or {}).items()
             },
             data_files=[DataFile.from_json(f) for f in raw.get("data_files") or []],
+            quantize=raw.get("quantize"),
         )

@@ -57,6 +57,7 @@ DOCUMENT_KEYS = {
     "coverage",
     "data_files",
     "backend_options",
+    "quantize",
 }
 
 

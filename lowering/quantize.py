@@ -1,0 +1,136 @@
+"""Declared quantization ([tool.lowerd.targets.T.quantize]): ExecuTorch's documented PT2E flow.
+
+For each method, what the stock script does:
+
+    graph = torch.export.export(module, args, dynamic_shapes=...).module()
+    quantizer = XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True, is_dynamic=...)
+    )
+    prepared = prepare_pt2e(graph, quantizer)
+    for sample in calibration:  # the calibration function's tuples, else the example args
+        prepared(*sample)
+    module = convert_pt2e(prepared)
+
+and the build then exports `module` with the method's args as it exports any method. The
+calibration function returns a list of argument tuples (every method calibrates with it) or a
+dict of them by method name (a method it does not name calibrates with its example args).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lowerd.lowering.entry import MethodSpec, definition_site, find_function
+from lowerd.project.config import ProjectConfig, QuantizeConfig, TargetConfig
+from lowerd.project.errors import EntryError, LowerdError, LoweringError
+from lowerd.project.source_map import UserFiles
+
+# kind, error, what was being done -> the error to raise, blamed on the user's line
+Blame = Callable[[type[LowerdError], Exception, str], LowerdError]
+Samples = list[tuple[Any, ...]]
+
+
+def calibration_samples(
+    config: ProjectConfig, target: TargetConfig, quantize: QuantizeConfig, methods: list[str]
+) -> dict[str, Samples]:
+    """Each method's calibration tuples, from the calibration function (called once) if any."""
+    if quantize.calibration is None:
+        return {}
+    function = find_function(
+        config, target, quantize.calibration, quantize.calibration_line, "calibration"
+    )
+    file, line = definition_site(function)
+    if file is None:
+        file, line = str(config.path), quantize.calibration_line
+    try:
+        returned = function()
+    except Exception as error:
+        source = UserFiles(config.root).innermost_in_exception(error)
+        if source is not None:
+            file, line = source.file, source.line
+        raise EntryError(
+            f"calibration {quantize.calibration} raised: {type(error).__name__}: {error}",
+            file,
+            line,
+        ) from error
+    what = f"calibration {quantize.calibration}"
+    if isinstance(returned, dict):
+        unknown = [name for name in returned if name not in methods]
+        if unknown:
+            raise EntryError(
+                f"{what} returned samples for {unknown[0]!r}, which is not a method of target "
+                f"{target.name!r} (methods: {', '.join(methods)})",
+                file,
+                line,
+            )
+        return {
+            name: _samples(value, f"{what} for {name!r}", file, line)
+            for name, value in returned.items()
+        }
+    samples = _samples(returned, what, file, line)
+    return {name: samples for name in methods}
+
+
+def _samples(value: Any, what: str, file: str | None, line: int | None) -> Samples:
+    expected = "a list of example-argument tuples, like [(x1,), (x2,)]"
+    if not isinstance(value, list | tuple) or not value:
+        raise EntryError(f"{what} returned {_describe(value)}; expected {expected}", file, line)
+    for i, sample in enumerate(value):
+        if not isinstance(sample, tuple):
+            raise EntryError(
+                f"{what}: sample {i} is {_describe(sample)}, not a tuple of arguments "
+                "(write (x,) for a single input)",
+                file,
+                line,
+            )
+    return list(value)
+
+
+def quantize_method(
+    method: MethodSpec, quantize: QuantizeConfig, samples: Samples | None, blame: Blame
+) -> MethodSpec:
+    """The method with its module quantized by the PT2E flow; the args and shapes as given."""
+    import torch
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import (  # type: ignore[import-untyped]
+        convert_pt2e,
+        prepare_pt2e,
+    )
+
+    try:
+        graph = torch.export.export(
+            method.module, method.args, dynamic_shapes=method.dynamic_shapes
+        ).module()
+    except Exception as error:
+        raise blame(LoweringError, error, "torch.export before quantization failed") from error
+    try:
+        quantizer = XNNPACKQuantizer().set_global(
+            get_symmetric_quantization_config(is_per_channel=True, is_dynamic=quantize.is_dynamic)
+        )
+        prepared = prepare_pt2e(graph, quantizer)
+    except Exception as error:
+        raise blame(LoweringError, error, f"{quantize.scheme}: prepare_pt2e failed") from error
+    for i, sample in enumerate(samples if samples is not None else [method.args]):
+        try:
+            prepared(*sample)
+        except Exception as error:
+            raise blame(
+                LoweringError, error, f"{quantize.scheme}: calibration sample {i} failed"
+            ) from error
+    try:
+        converted = convert_pt2e(prepared)
+    except Exception as error:
+        raise blame(LoweringError, error, f"{quantize.scheme}: convert_pt2e failed") from error
+    return MethodSpec(converted, method.args, method.dynamic_shapes)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)}"
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    return f"a {type(value).__name__}"
