@@ -2,9 +2,10 @@
 
 The lowering is ExecuTorch's own `to_edge_transform_and_lower(...).to_executorch()` with default
 configs; lowerd only wraps the backends' preprocess with its cache and listens to the partitioners.
-So the bytes written are the bytes a stock run produces. A target's `etrecord` and
-`external_constants` keys are passed on as a script passes them, and what they make (the
-ETRecord, the .ptd files) is written beside the .pte.
+So the bytes written are the bytes a stock run produces. A target's `etrecord`,
+`edge_compile_config`, `executorch_backend_config` (`external_constants`), `transform_passes` and
+`constant_methods` keys are passed on as a script passes them, and what they make (the ETRecord,
+the .ptd files) is written beside the .pte.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from lowerd.project.build_state import (
     target_inputs_digest,
 )
 from lowerd.project.config import ProjectConfig, TargetConfig
-from lowerd.project.errors import ExportError, LowerdError, LoweringError
+from lowerd.project.errors import EntryError, ExportError, LowerdError, LoweringError
 from lowerd.project.report_model import MethodReport
 from lowerd.project.result import CacheSummary, DataFile, SourceSite, TargetResult
 from lowerd.project.source_map import UserFiles
@@ -92,6 +93,7 @@ class _TargetBuilder:
         self.on_partitioned = on_partitioned
         self.user_files = UserFiles(config.root)
         self.entry: LoadedEntry | None = None
+        self.transform_passes: Any = None  # what the target's transform_passes function returned
         self.partitions_expected = 0
         self.partitions_done = 0
         self.started_ns = time.time_ns()  # a source modified after this was maybe not read
@@ -106,12 +108,14 @@ class _TargetBuilder:
             with qparams.installed():  # the entry quantizes: convert_pt2e runs the searches
                 self.entry = entry = load_entry(self.config, self.target)
                 methods = self._quantize(entry.methods)  # [quantize]: the same searches
+            self.transform_passes = self._load_transform_passes()
             exported = self._export(methods)
         program = fingerprint(
             exported,
             self.target.backends,
             self.user_files,
             self.target.used_backend_options(),
+            self.target.lowering_options(),
         )
         if program and previous and self._same_program(previous, program):
             result = self._reuse(previous, program, started)
@@ -121,6 +125,7 @@ class _TargetBuilder:
         result.entry = self.entry_site()
         result.modules = self._module_sites(entry)
         result.backend_options = self.target.used_backend_options()
+        result.options = self.target.lowering_options()
         result.quantize = self.target.quantize.scheme if self.target.quantize else None
         if qparams.hits or qparams.misses:
             result.memo["qparams"] = qparams.counts()
@@ -144,9 +149,11 @@ class _TargetBuilder:
 
     def _same_program(self, previous: TargetState, program: ProgramFingerprint) -> bool:
         # An ETRecord holds the programs' source lines, which an edit that keeps the program may
-        # move: it is written afresh.
+        # move: it is written afresh. Transform passes are the user's code, which the program's
+        # digest does not cover: a build that runs them lowers afresh.
         return (
             not self.target.etrecord
+            and not self.target.transform_passes
             and previous.method_digests == program.digests
             and previous.inputs_digest == target_inputs_digest(self.config, self.target)
             and previous.output.path == str(self.config.output_path(self.target.name))
@@ -285,6 +292,32 @@ class _TargetBuilder:
                 raise self._blame(ExportError, error, f"torch.export of {name!r} failed") from error
         return exported
 
+    def _load_transform_passes(self) -> Any:
+        """What the target's `transform_passes = "file.py:fn"` function returns (passes for
+        to_edge_transform_and_lower); None without one. Its module is a recorded input."""
+        if not self.target.transform_passes:
+            return None
+        from lowerd.lowering.entry import find_function
+
+        line = self.target.transform_passes_line
+        function = find_function(
+            self.config, self.target, self.target.transform_passes, line, "transform_passes"
+        )
+        try:
+            passes = function()
+        except Exception as error:
+            raise self._blame(
+                EntryError, error, f"transform_passes {self.target.transform_passes} raised"
+            ) from error
+        if passes is None:
+            raise EntryError(
+                f"transform_passes {self.target.transform_passes} returned None; it returns a "
+                "list of passes",
+                self.config.path,
+                line,
+            )
+        return passes
+
     def _lower(self, exported: dict[str, Any]) -> tuple[Any, dict[str, MethodReport], Any]:
         from lowerd.lowering.edge_speedups import EdgeSpeedups
         from lowerd.lowering.xnnpack_passes import XnnpackPassSkips
@@ -292,7 +325,7 @@ class _TargetBuilder:
         speedups = EdgeSpeedups(self.store)
         pass_skips = XnnpackPassSkips()
         with speedups.op_table_served():  # ExecuTorch's first import in a process parses it
-            from executorch.exir import to_edge_transform_and_lower
+            from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
         from lowerd.lowering.partitioners import make_partitioner
         from lowerd.lowering.preprocess_cache import PreprocessCache
@@ -314,7 +347,12 @@ class _TargetBuilder:
         try:
             with preprocess.installed(), speedups.installed(), pass_skips.installed():
                 edge = to_edge_transform_and_lower(
-                    exported, partitioner=partitioners, generate_etrecord=self.target.etrecord
+                    exported,
+                    transform_passes=self.transform_passes,
+                    partitioner=partitioners,
+                    constant_methods=self.target.constant_methods or None,
+                    compile_config=EdgeCompileConfig(**self.target.edge_compile_config),
+                    generate_etrecord=self.target.etrecord,
                 )
         except LowerdError:
             raise
@@ -362,12 +400,12 @@ class _TargetBuilder:
     def _emit(self, edge: Any) -> tuple[bytes, Any]:
         """The .pte's bytes and the ExecutorchProgramManager (its external data, its ETRecord)."""
         try:
-            if self.target.external_constants:
-                from executorch.exir import ExecutorchBackendConfig
+            from executorch.exir import ExecutorchBackendConfig
 
-                manager = edge.to_executorch(ExecutorchBackendConfig(external_constants=True))
-            else:
-                manager = edge.to_executorch()
+            # ExecutorchBackendConfig() is to_executorch's own default.
+            manager = edge.to_executorch(
+                ExecutorchBackendConfig(**self.target.executorch_backend_config)
+            )
             return bytes(manager.buffer), manager
         except Exception as error:
             raise self._blame(LoweringError, error, "ExecuTorch emission failed") from error

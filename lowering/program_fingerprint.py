@@ -2,9 +2,9 @@
 
 Two exports with equal digests lower to the same bytes: the digest covers the graph in order
 (without run-specific or provenance metadata), the weights' contents, dynamic-shape ranges, the
-backends with their partitioner options and the tool versions — the partition key's encoding
-applied to the whole program. The
-lines are kept beside it so that a report reused after a comment edit can point at moved code.
+backends with their partitioner options, the edge and emit configs and the tool versions — the
+partition key's encoding applied to the whole program. The lines are kept beside it so that a
+report reused after a comment edit can point at moved code.
 """
 
 from __future__ import annotations
@@ -30,11 +30,17 @@ def fingerprint(
     backends: tuple[str, ...],
     user_files: UserFiles,
     backend_options: dict[str, dict[str, Any]] | None = None,
+    lowering_options: dict[str, Any] | None = None,
 ) -> ProgramFingerprint | None:
-    """None when a method holds a value with no stable encoding: it is then always lowered."""
+    """None when a method holds a value with no stable encoding: it is then always lowered.
+
+    `lowering_options`: the edge and emit configs, transform passes and constant methods
+    (TargetConfig.lowering_options()), which change the edge program or the emitted bytes."""
     label = "+".join(backends)
     if backend_options:  # without options, the digests of before options existed
         label += " " + json.dumps(backend_options, sort_keys=True)
+    if lowering_options:
+        label += " lowering " + json.dumps(lowering_options, sort_keys=True)
     try:
         digests = {
             name: key_details(label, [program], [[]]).digest() for name, program in exported.items()

@@ -188,7 +188,9 @@ def target_inputs_digest(config: ProjectConfig, target: TargetConfig) -> str:
         # The used backends' partitioner options: changing one rebuilds, another backend's not.
         "backend_options=" + json.dumps(target.used_backend_options(), sort_keys=True),
         f"etrecord={target.etrecord}",
-        f"external_constants={target.external_constants}",
+        # EdgeCompileConfig and ExecutorchBackendConfig fields (external_constants among them),
+        # the transform_passes reference (its file is a source) and the constant methods.
+        "lowering_options=" + json.dumps(target.lowering_options(), sort_keys=True),
         # The declared quantization: its scheme and calibration function (whose file is a source).
         "quantize=" + json.dumps(target.quantize.to_json() if target.quantize else None),
         str(config.root),

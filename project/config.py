@@ -22,6 +22,7 @@ from typing import Any
 
 from lowerd.cache.location import parse_size
 from lowerd.project.backends import BACKEND_OPTIONS, BACKENDS, KNOWN_BACKENDS, OptionKind
+from lowerd.project.compile_configs import COMPILE_CONFIGS
 from lowerd.project.errors import ConfigError
 from lowerd.project.toml_lines import KeyLocator, KeyPath
 
@@ -39,6 +40,8 @@ PROJECT_KEYS = (
     "warm_libraries",
     "etrecord",
     "backend_options",
+    "edge_compile_config",
+    "executorch_backend_config",
     "targets",
 )
 TARGET_KEYS = (
@@ -48,6 +51,10 @@ TARGET_KEYS = (
     "external_constants",
     "backend_options",
     "quantize",
+    "edge_compile_config",
+    "executorch_backend_config",
+    "transform_passes",
+    "constant_methods",
 )
 # [tool.lowerd.targets.T.quantize] scheme -> is_dynamic of ExecuTorch's
 # get_symmetric_quantization_config (both symmetric, per-channel).
@@ -97,13 +104,38 @@ class TargetConfig:
     entry_line: int
     # Write <name>.etrecord beside the .pte (to_edge_transform_and_lower(generate_etrecord=True)).
     etrecord: bool = False
-    # ExecutorchBackendConfig(external_constants=True): constants go to .ptd files beside the .pte.
-    external_constants: bool = False
     # backend name -> its partitioner's options ([tool.lowerd.backend_options.<backend>] with
     # the target's own table laid over it, option by option), for every backend given any.
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict, hash=False)
     # Quantized with the PT2E flow before the final export; None: exported as the entry returns.
     quantize: QuantizeConfig | None = None
+    # EdgeCompileConfig(**edge_compile_config) and ExecutorchBackendConfig(
+    # **executorch_backend_config) fields ([tool.lowerd.<table>] laid over by the target's, key by
+    # key; `external_constants = true` is executorch_backend_config.external_constants = true).
+    edge_compile_config: dict[str, Any] = field(default_factory=dict, hash=False)
+    executorch_backend_config: dict[str, Any] = field(default_factory=dict, hash=False)
+    # "file.py:fn" or "package.module:fn" returning to_edge_transform_and_lower's
+    # transform_passes; its line is where a failure to load it is blamed.
+    transform_passes: str | None = None
+    transform_passes_line: int = 0
+    # to_edge_transform_and_lower(constant_methods=...): name -> plain value.
+    constant_methods: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    @property
+    def external_constants(self) -> bool:
+        """ExecutorchBackendConfig(external_constants=True): constants go to .ptd files."""
+        return bool(self.executorch_backend_config.get("external_constants", False))
+
+    def lowering_options(self) -> dict[str, Any]:
+        """The configs, passes and constant methods given to ExecuTorch, as the config holds
+        them (only those given): part of the program fingerprint and of the JSON result."""
+        options: dict[str, Any] = {
+            "edge_compile_config": self.edge_compile_config,
+            "executorch_backend_config": self.executorch_backend_config,
+            "transform_passes": self.transform_passes,
+            "constant_methods": self.constant_methods,
+        }
+        return {name: value for name, value in options.items() if value}
 
     def entry_parts(self) -> tuple[str, str]:
         """(file path or module name, function name) of the entry."""
@@ -266,6 +298,8 @@ class _Reader:
         self.locator = KeyLocator(text)
         # [tool.lowerd.backend_options]: every target's, under its own.
         self.default_options: dict[str, dict[str, Any]] = {}
+        # [tool.lowerd.edge_compile_config] and [...executorch_backend_config]: the same.
+        self.default_configs: dict[str, dict[str, Any]] = {}
 
     def project(self, table: Any) -> ProjectConfig:
         if not isinstance(table, dict):
@@ -275,6 +309,9 @@ class _Reader:
         backends = self.backends(table, LOWERD, DEFAULT_BACKENDS)
         etrecord = self.flag(table, "etrecord")
         self.default_options = self.backend_options(table, LOWERD, {})
+        self.default_configs = {
+            name: self.compile_config(table, LOWERD, name, {}) for name in COMPILE_CONFIGS
+        }
         return ProjectConfig(
             path=self.path,
             root=root,
@@ -330,6 +367,11 @@ class _Reader:
         entry = self.entry(table["entry"], (*key, "entry"))
         backends = self.backends(table, key, default_backends)
         entry_line = self.line((*key, "entry")) or line
+        transform_passes = table.get("transform_passes")
+        if transform_passes is not None:
+            transform_passes = self.entry(
+                transform_passes, (*key, "transform_passes"), "transform_passes"
+            )
         return TargetConfig(
             name=name,
             entry=entry,
@@ -337,10 +379,79 @@ class _Reader:
             line=line,
             entry_line=entry_line,
             etrecord=self.flag(table, "etrecord", default_etrecord, key),
-            external_constants=self.flag(table, "external_constants", key=key),
             backend_options=self.backend_options(table, key, self.default_options),
             quantize=self.quantize(table, key),
+            edge_compile_config=self.compile_config(
+                table, key, "edge_compile_config", self.default_configs["edge_compile_config"]
+            ),
+            executorch_backend_config=self.backend_config(table, key),
+            transform_passes=transform_passes,
+            transform_passes_line=(self.line((*key, "transform_passes")) or line)
+            if transform_passes
+            else 0,
+            constant_methods=self.constant_methods(table, key),
         )
+
+    def backend_config(self, table: dict[str, Any], key: KeyPath) -> dict[str, Any]:
+        """[...executorch_backend_config], with the `external_constants = true` shorthand."""
+        name = "executorch_backend_config"
+        merged = self.compile_config(table, key, name, self.default_configs[name])
+        if "external_constants" in table:
+            shorthand = self.flag(table, "external_constants", key=key)
+            given = table.get(name)
+            if isinstance(given, dict) and "external_constants" in given:
+                raise self.error(
+                    f"external_constants is given twice: here and in {name}; keep one",
+                    (*key, "external_constants"),
+                )
+            merged["external_constants"] = shorthand
+        return merged
+
+    def compile_config(
+        self, table: dict[str, Any], key: KeyPath, name: str, default: dict[str, Any]
+    ) -> dict[str, Any]:
+        """[<key>.<name>] (EdgeCompileConfig or ExecutorchBackendConfig fields) laid over
+        `default`, field by field."""
+        merged = dict(default)
+        if name not in table:
+            return merged
+        value, key = table[name], (*key, name)
+        kinds = COMPILE_CONFIGS[name]
+        if not isinstance(value, dict):
+            raise self.error(
+                f"{name} must be a table of fields like [tool.lowerd.{name}], got "
+                f"{_describe(value)}",
+                key,
+            )
+        for field_name, field_value in value.items():
+            merged[field_name] = self.option(
+                field_name, field_value, kinds, (*key, field_name), f"{name} field"
+            )
+        return merged
+
+    def constant_methods(self, table: dict[str, Any], key: KeyPath) -> dict[str, Any]:
+        if "constant_methods" not in table:
+            return {}
+        value, key = table["constant_methods"], (*key, "constant_methods")
+        if not isinstance(value, dict):
+            raise self.error(
+                "constant_methods must be a table of names and values like "
+                f"{{ vocab_size = 32000 }}, got {_describe(value)}",
+                key,
+            )
+        for name, constant in value.items():
+            if not name.isidentifier():
+                raise self.error(
+                    f"constant method name {name!r} is not an identifier", (*key, name)
+                )
+            items = constant if isinstance(constant, list) else [constant]
+            if not all(isinstance(item, bool | int | float | str) for item in items):
+                raise self.error(
+                    f"constant method {name} must be a boolean, integer, float or string, or a "
+                    f"list of them, got {_describe(constant)}",
+                    (*key, name),
+                )
+        return dict(value)
 
     def quantize(self, table: dict[str, Any], key: KeyPath) -> QuantizeConfig | None:
         if "quantize" not in table:

@@ -11,7 +11,9 @@ pipe, the daemon's socket, the build record and the editor's payloads.
      "error": {"kind", "message", "file", "line"} | None, "entry": {"file", "line"} | None,
      "modules": {METHOD: {"file", "line", "name"}}, "memo": {KIND: {"hits", "misses"}},
      "coverage": {"percent", "backends"}, "backend_options": {BACKEND: {OPTION: value}},
-     "data_files": [{"path", "sha256", "kind": "ptd"|"etrecord"}], "quantize": SCHEME|null}
+     "data_files": [{"path", "sha256", "kind": "ptd"|"etrecord"}], "quantize": SCHEME|null,
+     "options": {"edge_compile_config": {FIELD: value}, "executorch_backend_config": {...},
+                 "transform_passes": "file.py:fn", "constant_methods": {NAME: value}}}
 
 `coverage` is computed from the methods (to_json writes it, from_json ignores it). No torch here.
 """
@@ -158,6 +160,9 @@ class TargetResult:
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The .ptd and .etrecord files written beside the output, in the order written.
     data_files: list[DataFile] = field(default_factory=list)
+    # The edge and emit configs, transform_passes and constant_methods given to ExecuTorch
+    # (TargetConfig.lowering_options()): only those the target sets.
+    options: dict[str, Any] = field(default_factory=dict)
     # The declared quantization scheme ([tool.lowerd.targets.T.quantize] scheme), if any.
     quantize: str | None = None
 
@@ -241,6 +246,7 @@ class TargetResult:
             "coverage": self.coverage.to_json(),
             "data_files": [data_file.to_json() for data_file in self.data_files],
             "quantize": self.quantize,
+            "options": dict(self.options),
         }
 
     @classmethod
@@ -275,4 +281,5 @@ class TargetResult:
             },
             data_files=[DataFile.from_json(f) for f in raw.get("data_files") or []],
             quantize=raw.get("quantize"),
+            options=dict(raw.get("options") or {}),
         )

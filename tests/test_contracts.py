@@ -58,6 +58,7 @@ DOCUMENT_KEYS = {
     "data_files",
     "backend_options",
     "quantize",
+    "options",
 }
 
 
