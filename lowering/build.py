@@ -5,7 +5,9 @@ configs; lowerd only wraps the backends' preprocess with its cache and listens t
 So the bytes written are the bytes a stock run produces. A target's `etrecord`,
 `edge_compile_config`, `executorch_backend_config` (`external_constants`), `transform_passes` and
 `constant_methods` keys are passed on as a script passes them, and what they make (the ETRecord,
-the .ptd files) is written beside the .pte.
+the .ptd files) is written beside the .pte. A target's `partitioners` function gives the
+partitioners instead of its backends'; its `whole_program` lowers each method whole to one
+backend with backend_api.to_backend(backend_id, program, compile_specs), as ExecuTorch documents.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from lowerd.lowering.entry import LoadedEntry, MethodSpec, definition_site, load
 from lowerd.lowering.export_output import export_output_held
 from lowerd.lowering.inputs import InputRecorder
 from lowerd.lowering.program_fingerprint import ProgramFingerprint, fingerprint, moved_lines
-from lowerd.project.backends import BACKENDS
+from lowerd.project.backends import BACKENDS, backend_by_details_class
 from lowerd.project.build_state import (
     FileStamp,
     TargetState,
@@ -94,6 +96,8 @@ class _TargetBuilder:
         self.user_files = UserFiles(config.root)
         self.entry: LoadedEntry | None = None
         self.transform_passes: Any = None  # what the target's transform_passes function returned
+        self.custom_partitioners: list[Any] | None = None  # what its partitioners function returned
+        self.methods: dict[str, MethodSpec] = {}
         self.partitions_expected = 0
         self.partitions_done = 0
         self.started_ns = time.time_ns()  # a source modified after this was maybe not read
@@ -109,6 +113,8 @@ class _TargetBuilder:
                 self.entry = entry = load_entry(self.config, self.target)
                 methods = self._quantize(entry.methods)  # [quantize]: the same searches
             self.transform_passes = self._load_transform_passes()
+            self.custom_partitioners = self._load_partitioners()
+            self.methods = methods
             exported = self._export(methods)
         program = fingerprint(
             exported,
@@ -150,10 +156,14 @@ class _TargetBuilder:
     def _same_program(self, previous: TargetState, program: ProgramFingerprint) -> bool:
         # An ETRecord holds the programs' source lines, which an edit that keeps the program may
         # move: it is written afresh. Transform passes are the user's code, which the program's
-        # digest does not cover: a build that runs them lowers afresh.
+        # digest does not cover: a build that runs them lowers afresh; so are custom partitioners
+        # and a whole_program backend other than the known ones (code outside the digest too).
+        whole_program = self.target.whole_program
         return (
             not self.target.etrecord
             and not self.target.transform_passes
+            and not self.target.partitioners
+            and not (whole_program and not backend_by_details_class(whole_program["backend_id"]))
             and previous.method_digests == program.digests
             and previous.inputs_digest == target_inputs_digest(self.config, self.target)
             and previous.output.path == str(self.config.output_path(self.target.name))
@@ -318,7 +328,61 @@ class _TargetBuilder:
             )
         return passes
 
+    def _load_partitioners(self) -> list[Any] | None:
+        """What the target's `partitioners = "file.py:fn"` function returns: a list of
+        Partitioner instances; None without one. Its module is a recorded input."""
+        reference = self.target.partitioners
+        if not reference:
+            return None
+        from executorch.exir.backend.partitioner import Partitioner
+
+        from lowerd.lowering.entry import find_function
+
+        line = self.target.partitioners_line
+        function = find_function(self.config, self.target, reference, line, "partitioners")
+        try:
+            partitioners = function()
+        except Exception as error:
+            raise self._blame(EntryError, error, f"partitioners {reference} raised") from error
+        if (
+            not isinstance(partitioners, list | tuple)
+            or not partitioners
+            or not all(isinstance(p, Partitioner) for p in partitioners)
+        ):
+            file, def_line = definition_site(function)
+            got = (
+                f"a {type(partitioners).__name__}"
+                if not isinstance(partitioners, list | tuple)
+                else "[" + ", ".join(type(p).__name__ for p in partitioners) + "]"
+            )
+            raise EntryError(
+                f"partitioners {reference} returned {got}; it returns a non-empty list of "
+                "Partitioner instances, like [XnnpackPartitioner()]",
+                file or self.config.path,
+                def_line if file else line,
+            )
+        return list(partitioners)
+
+    def _partitioners(self, reasons: Any) -> tuple[list[Any], list[str]]:
+        """The partitioners, watched for their reasons, and the display names of their backends
+        (a known backend by its name, another by its backend id)."""
+        from lowerd.lowering.partitioners import make_partitioner
+
+        if self.custom_partitioners is not None:
+            partitioners = self.custom_partitioners
+            displays = [_display_of(partitioner) for partitioner in partitioners]
+        else:
+            backends = [BACKENDS[name] for name in self.target.backends]
+            options = self.target.backend_options
+            partitioners = [make_partitioner(b, options.get(b.name)) for b in backends]
+            displays = [b.display for b in backends]
+        for partitioner, display in zip(partitioners, displays, strict=True):
+            reasons.watch(partitioner, display)
+        return partitioners, displays
+
     def _lower(self, exported: dict[str, Any]) -> tuple[Any, dict[str, MethodReport], Any]:
+        if self.target.whole_program:
+            return self._lower_whole_program(exported)
         from lowerd.lowering.edge_speedups import EdgeSpeedups
         from lowerd.lowering.xnnpack_passes import XnnpackPassSkips
 
@@ -327,20 +391,13 @@ class _TargetBuilder:
         with speedups.op_table_served():  # ExecuTorch's first import in a process parses it
             from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
-        from lowerd.lowering.partitioners import make_partitioner
         from lowerd.lowering.preprocess_cache import PreprocessCache
         from lowerd.lowering.reasons import PartitionReasons
         from lowerd.lowering.report import method_report
 
         self._stage("partition")
-        backends = [BACKENDS[name] for name in self.target.backends]
-        displays = [b.display for b in backends]
         reasons = PartitionReasons()
-        partitioners = []
-        for backend in backends:
-            partitioner = make_partitioner(backend, self.target.backend_options.get(backend.name))
-            reasons.watch(partitioner, backend.display)
-            partitioners.append(partitioner)
+        partitioners, displays = self._partitioners(reasons)
         # The last partitioner to run sees each method's final split into partitions.
         self._report_when_partitioned(partitioners[-1], displays, list(exported), reasons)
         preprocess = PreprocessCache(self.store, on_preprocess=self._preprocessed)
@@ -369,6 +426,91 @@ class _TargetBuilder:
             for name in exported
         }
         return edge, reports, preprocess
+
+    def _lower_whole_program(
+        self, exported: dict[str, Any]
+    ) -> tuple[Any, dict[str, MethodReport], Any]:
+        """ExecuTorch's documented whole-module lowering, per method: to_edge, then
+        `to_backend(backend_id, edge.exported_program(method), compile_specs)`, the lowered module
+        called by a module exported and taken to edge again (to_executorch follows)."""
+        import torch
+
+        from lowerd.lowering.edge_speedups import EdgeSpeedups
+
+        speedups = EdgeSpeedups(self.store)
+        with speedups.op_table_served():
+            from executorch.exir import EdgeCompileConfig, to_edge
+        from executorch.exir.backend.backend_api import to_backend
+        from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+        from lowerd.lowering.preprocess_cache import PreprocessCache
+        from lowerd.lowering.reasons import PartitionReasons
+        from lowerd.lowering.report import method_report
+
+        class WholeProgram(torch.nn.Module):  # the documented composite: calls the lowered module
+            def __init__(self, lowered_module: Any):
+                super().__init__()
+                self.lowered_module = lowered_module
+
+            def forward(self, *args: Any) -> Any:
+                return self.lowered_module(*args)
+
+        whole_program = self.target.whole_program or {}
+        backend_id = whole_program["backend_id"]
+        display = _display_of_id(backend_id)
+        specs = [CompileSpec(k, v.encode()) for k, v in whole_program["compile_specs"].items()]
+        for name, method in self.methods.items():
+            if method.dynamic_shapes is not None:
+                raise self._blame(
+                    LoweringError,
+                    ValueError(f"method {name!r} has dynamic shapes"),
+                    "whole_program lowers static shapes only",
+                )
+        self._stage("partition")
+        self.partitions_expected = len(exported)
+        preprocess = PreprocessCache(self.store, on_preprocess=self._preprocessed)
+        lowered_programs = {}
+        with preprocess.installed():
+            try:
+                edge = to_edge(exported, compile_config=EdgeCompileConfig(**self._edge_config()))
+            except Exception as error:
+                raise self._blame(LoweringError, error, "ExecuTorch lowering failed") from error
+            for name in exported:
+                try:
+                    lowered = to_backend(backend_id, edge.exported_program(name), specs)
+                except Exception as error:
+                    raise self._blame(
+                        LoweringError, error, f"{display} refused method {name!r}"
+                    ) from error
+                try:
+                    lowered_programs[name] = torch.export.export(
+                        WholeProgram(lowered), self.methods[name].args
+                    )
+                except Exception as error:
+                    raise self._blame(LoweringError, error, "ExecuTorch lowering failed") from error
+        try:
+            lowered_edge = to_edge(
+                lowered_programs,
+                constant_methods=self.target.constant_methods or None,
+                compile_config=EdgeCompileConfig(**self._edge_config()),
+                generate_etrecord=self.target.etrecord,
+            )
+        except Exception as error:
+            raise self._blame(LoweringError, error, "ExecuTorch lowering failed") from error
+        reports = {
+            name: method_report(
+                lowered_edge.exported_program(name).graph_module,
+                self.user_files,
+                PartitionReasons(),
+                preprocess,
+                [display],
+            )
+            for name in exported
+        }
+        return lowered_edge, reports, preprocess
+
+    def _edge_config(self) -> dict[str, Any]:
+        return dict(self.target.edge_compile_config)
 
     def _report_when_partitioned(
         self, partitioner: Any, displays: list[str], methods: list[str], reasons: Any
@@ -418,6 +560,19 @@ class _TargetBuilder:
         if self.entry is None:
             return kind(f"{doing}: {_summary(error)}")
         return kind(f"{doing}: {_summary(error)}", self.entry.file, self.entry.line)
+
+
+def _display_of(partitioner: Any) -> str:
+    """A partitioner's backend as the report names it: by the backend id its delegation spec
+    names (a known backend by its display name)."""
+    spec = getattr(partitioner, "delegation_spec", None)
+    backend_id = getattr(spec, "backend_id", None)
+    return _display_of_id(backend_id) if isinstance(backend_id, str) else type(partitioner).__name__
+
+
+def _display_of_id(backend_id: str) -> str:
+    backend = backend_by_details_class(backend_id)
+    return backend.display if backend else backend_id
 
 
 def _previous_reports(

@@ -55,6 +55,8 @@ TARGET_KEYS = (
     "executorch_backend_config",
     "transform_passes",
     "constant_methods",
+    "partitioners",
+    "whole_program",
 )
 # [tool.lowerd.targets.T.quantize] scheme -> is_dynamic of ExecuTorch's
 # get_symmetric_quantization_config (both symmetric, per-channel).
@@ -120,6 +122,14 @@ class TargetConfig:
     transform_passes_line: int = 0
     # to_edge_transform_and_lower(constant_methods=...): name -> plain value.
     constant_methods: dict[str, Any] = field(default_factory=dict, hash=False)
+    # "file.py:fn" or "package.module:fn" returning a list of Partitioner instances, used
+    # instead of the backends' default partitioners; its line is where a failure is blamed.
+    partitioners: str | None = None
+    partitioners_line: int = 0
+    # {"backend_id": BackendDetails class name, "compile_specs": {key: value}}: the whole of each
+    # method lowered to that backend by backend_api.to_backend(backend_id, program, specs).
+    whole_program: dict[str, Any] | None = field(default=None, hash=False)
+    whole_program_line: int = 0
 
     @property
     def external_constants(self) -> bool:
@@ -134,6 +144,8 @@ class TargetConfig:
             "executorch_backend_config": self.executorch_backend_config,
             "transform_passes": self.transform_passes,
             "constant_methods": self.constant_methods,
+            "partitioners": self.partitioners,
+            "whole_program": self.whole_program,
         }
         return {name: value for name, value in options.items() if value}
 
@@ -148,6 +160,8 @@ class TargetConfig:
 
     def used_backend_options(self) -> dict[str, dict[str, Any]]:
         """The options of the backends this target lowers with: what decides its bytes."""
+        if self.partitioners or self.whole_program:  # the backends' partitioners are not used
+            return {}
         return {b: self.backend_options[b] for b in self.backends if self.backend_options.get(b)}
 
 
@@ -372,6 +386,13 @@ class _Reader:
             transform_passes = self.entry(
                 transform_passes, (*key, "transform_passes"), "transform_passes"
             )
+        partitioners, whole_program = self.lowering_route(table, key)
+        if whole_program and transform_passes:
+            raise self.error(
+                "transform_passes is for to_edge_transform_and_lower; a whole_program target is "
+                "lowered by to_edge and to_backend: drop one",
+                (*key, "transform_passes"),
+            )
         return TargetConfig(
             name=name,
             entry=entry,
@@ -390,7 +411,60 @@ class _Reader:
             if transform_passes
             else 0,
             constant_methods=self.constant_methods(table, key),
+            partitioners=partitioners,
+            partitioners_line=(self.line((*key, "partitioners")) or line) if partitioners else 0,
+            whole_program=whole_program,
+            whole_program_line=(self.line((*key, "whole_program")) or line) if whole_program else 0,
         )
+
+    def lowering_route(
+        self, table: dict[str, Any], key: KeyPath
+    ) -> tuple[str | None, dict[str, Any] | None]:
+        """`partitioners` (a function reference) or `whole_program` (a backend id and compile
+        specs): each replaces `backends`; at most one of the three."""
+        given = [name for name in ("backends", "partitioners", "whole_program") if name in table]
+        if len(given) > 1:
+            raise self.error(
+                f"{given[-1]} and {given[0]} both say how to lower target; keep one "
+                "(partitioners and whole_program replace backends)",
+                (*key, given[-1]),
+            )
+        partitioners = table.get("partitioners")
+        if partitioners is not None:
+            partitioners = self.entry(partitioners, (*key, "partitioners"), "partitioners")
+        if "whole_program" not in table:
+            return partitioners, None
+        return partitioners, self.whole_program(table["whole_program"], (*key, "whole_program"))
+
+    def whole_program(self, value: Any, key: KeyPath) -> dict[str, Any]:
+        example = '{ backend_id = "XnnpackBackend", compile_specs = { key = "value" } }'
+        if not isinstance(value, dict):
+            raise self.error(
+                f"whole_program must be a table like {example}, got {_describe(value)}", key
+            )
+        self.check_keys(value, ("backend_id", "compile_specs"), key, "whole_program")
+        backend_id = value.get("backend_id")
+        if not isinstance(backend_id, str) or not backend_id.isidentifier():
+            raise self.error(
+                "whole_program needs backend_id, the name of a BackendDetails class like "
+                f'"XnnpackBackend", got {_describe(backend_id)}',
+                (*key, "backend_id") if "backend_id" in value else key,
+            )
+        specs = value.get("compile_specs", {})
+        if not isinstance(specs, dict):
+            raise self.error(
+                f'compile_specs must be a table of strings like {{ key = "value" }}, got '
+                f"{_describe(specs)}",
+                (*key, "compile_specs"),
+            )
+        for spec_key, spec_value in specs.items():
+            if not isinstance(spec_value, str):
+                raise self.error(
+                    f"compile spec {spec_key} must be a string (given to the backend as "
+                    f"CompileSpec({spec_key!r}, value.encode())), got {_describe(spec_value)}",
+                    (*key, "compile_specs", spec_key),
+                )
+        return {"backend_id": backend_id, "compile_specs": dict(specs)}
 
     def backend_config(self, table: dict[str, Any], key: KeyPath) -> dict[str, Any]:
         """[...executorch_backend_config], with the `external_constants = true` shorthand."""

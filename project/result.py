@@ -13,7 +13,9 @@ pipe, the daemon's socket, the build record and the editor's payloads.
      "coverage": {"percent", "backends"}, "backend_options": {BACKEND: {OPTION: value}},
      "data_files": [{"path", "sha256", "kind": "ptd"|"etrecord"}], "quantize": SCHEME|null,
      "options": {"edge_compile_config": {FIELD: value}, "executorch_backend_config": {...},
-                 "transform_passes": "file.py:fn", "constant_methods": {NAME: value}}}
+                 "transform_passes": "file.py:fn", "constant_methods": {NAME: value},
+                 "partitioners": "file.py:fn",
+                 "whole_program": {"backend_id": ID, "compile_specs": {KEY: "value"}}}}
 
 `coverage` is computed from the methods (to_json writes it, from_json ignores it). No torch here.
 """
