@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ import pytest
 from lowerd.daemon.protocol import WorkerEvent, parse_event
 from lowerd.daemon.runtime import DaemonPaths, DaemonStatus, read_status
 from lowerd.daemon.workers import BuildRequest
+from lowerd.project.config import load_config
+from lowerd.project.errors import ConfigError
 from lowerd.project.result import TargetResult
 
 T = TypeVar("T")
@@ -272,3 +275,23 @@ def ok_result(target: str) -> dict[str, Any]:
         "reused": None,
         "cache": {"hits": 0, "misses": 0},
     }
+
+
+# Config tests ---------------------------------------------------------------------------------
+
+
+def write_pyproject(folder: Path, text: str) -> Path:
+    """folder/pyproject.toml holding text (dedented)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "pyproject.toml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def load_error(folder: Path, text: str) -> ConfigError:
+    """The ConfigError that loading text as folder/pyproject.toml raises, which names that file."""
+    path = write_pyproject(folder, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.location.file == str(path)
+    return info.value

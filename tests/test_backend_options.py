@@ -15,9 +15,9 @@ from lowerd.lowering.build import build_target
 from lowerd.project import backends
 from lowerd.project.build_state import load_state, why_out_of_date
 from lowerd.project.config import ProjectConfig, load_config
-from lowerd.project.errors import ConfigError
 from lowerd.project.result import TargetResult
 
+from helpers import load_error, write_pyproject
 from stock import (
     PROJECTS,
     call_entry,
@@ -58,24 +58,9 @@ def test_coreml_names_are_coremltools() -> None:
 # Config ---------------------------------------------------------------------------------------
 
 
-def write(folder: Path, text: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "pyproject.toml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def load_error(tmp_path: Path, text: str) -> ConfigError:
-    path = write(tmp_path, text)
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    assert info.value.location.file == str(path)
-    return info.value
-
-
 def test_target_options_override_the_projects_option_by_option(tmp_path: Path) -> None:
     config = load_config(
-        write(
+        write_pyproject(
             tmp_path,
             """\
             [tool.lowerd]
@@ -125,7 +110,9 @@ def test_target_options_override_the_projects_option_by_option(tmp_path: Path) -
 
 
 def test_no_options_by_default(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, '[tool.lowerd.targets.a]\nentry = "a.py:make"\n'))
+    config = load_config(
+        write_pyproject(tmp_path, '[tool.lowerd.targets.a]\nentry = "a.py:make"\n')
+    )
     assert config.targets["a"].used_backend_options() == {}
 
 

@@ -18,27 +18,13 @@ from lowerd.project.config import (
 from lowerd.project.errors import ConfigError
 from lowerd.project.toml_lines import KeyLocator
 
-
-def write(folder: Path, text: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "pyproject.toml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def load_error(tmp_path: Path, text: str) -> ConfigError:
-    path = write(tmp_path, text)
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    assert info.value.location.file == str(path)
-    return info.value
-
+from helpers import load_error, write_pyproject
 
 # Good configs ------------------------------------------------------------------------------
 
 
 def test_minimal_config_takes_defaults(tmp_path: Path) -> None:
-    path = write(
+    path = write_pyproject(
         tmp_path,
         """\
         [project]
@@ -68,7 +54,7 @@ def test_minimal_config_takes_defaults(tmp_path: Path) -> None:
 
 
 def test_full_config_with_overrides(tmp_path: Path) -> None:
-    path = write(
+    path = write_pyproject(
         tmp_path,
         """\
         [tool.lowerd]
@@ -106,7 +92,7 @@ def test_full_config_with_overrides(tmp_path: Path) -> None:
 
 def test_absolute_out_dir_is_kept(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
-    path = write(
+    path = write_pyproject(
         tmp_path / "project",
         f"""\
         [tool.lowerd]
@@ -128,7 +114,7 @@ def test_absolute_out_dir_is_kept(tmp_path: Path) -> None:
     ],
 )
 def test_entry_parts(tmp_path: Path, entry: str, parts: tuple[str, str], is_path: bool) -> None:
-    path = write(tmp_path, f'[tool.lowerd.targets.t]\nentry = "{entry}"\n')
+    path = write_pyproject(tmp_path, f'[tool.lowerd.targets.t]\nentry = "{entry}"\n')
     config = load_config(path)
     target = config.targets["t"]
     assert target.entry_parts() == parts
@@ -138,7 +124,7 @@ def test_entry_parts(tmp_path: Path, entry: str, parts: tuple[str, str], is_path
 
 
 def test_targets_in_dotted_and_inline_forms(tmp_path: Path) -> None:
-    path = write(
+    path = write_pyproject(
         tmp_path,
         """\
         [tool.lowerd]
@@ -165,7 +151,7 @@ def test_targets_in_dotted_and_inline_forms(tmp_path: Path) -> None:
 
 
 def test_targets_as_one_inline_table(tmp_path: Path) -> None:
-    path = write(
+    path = write_pyproject(
         tmp_path,
         """\
         [tool.lowerd]
@@ -179,7 +165,7 @@ def test_targets_as_one_inline_table(tmp_path: Path) -> None:
 
 
 def test_targets_table_with_inline_entries(tmp_path: Path) -> None:
-    path = write(
+    path = write_pyproject(
         tmp_path,
         """\
         [tool.lowerd.targets]
@@ -194,7 +180,7 @@ def test_targets_table_with_inline_entries(tmp_path: Path) -> None:
 
 
 def test_config_can_be_loaded_by_relative_path(tmp_path: Path, monkeypatch) -> None:
-    write(tmp_path, '[tool.lowerd.targets.t]\nentry = "t.py:f"\n')
+    write_pyproject(tmp_path, '[tool.lowerd.targets.t]\nentry = "t.py:f"\n')
     monkeypatch.chdir(tmp_path)
     config = load_config(Path("pyproject.toml"))
     assert config.path == tmp_path / "pyproject.toml"
@@ -205,7 +191,7 @@ def test_config_can_be_loaded_by_relative_path(tmp_path: Path, monkeypatch) -> N
 
 
 def digest_of(folder: Path, text: str) -> str:
-    return load_config(write(folder, text)).digest
+    return load_config(write_pyproject(folder, text)).digest
 
 
 def test_digest_ignores_layout_comments_and_other_tables(tmp_path: Path) -> None:
@@ -776,7 +762,7 @@ LOWERD_PYPROJECT = '[tool.lowerd.targets.a]\nentry = "a.py:f"\n'
 
 
 def test_find_config_walks_up_from_a_folder_and_a_file(tmp_path: Path) -> None:
-    config = write(tmp_path / "project", LOWERD_PYPROJECT)
+    config = write_pyproject(tmp_path / "project", LOWERD_PYPROJECT)
     nested = tmp_path / "project" / "models" / "vision"
     nested.mkdir(parents=True)
     model = nested / "vit.py"
@@ -788,22 +774,26 @@ def test_find_config_walks_up_from_a_folder_and_a_file(tmp_path: Path) -> None:
 
 
 def test_find_config_skips_pyprojects_without_lowerd(tmp_path: Path) -> None:
-    config = write(tmp_path, LOWERD_PYPROJECT)
-    write(tmp_path / "sub", '[project]\nname = "sub"\n[tool.ruff]\nline-length = 90\n')
-    write(tmp_path / "sub" / "broken", "[project\n")  # broken, but nothing to do with lowerd
+    config = write_pyproject(tmp_path, LOWERD_PYPROJECT)
+    write_pyproject(tmp_path / "sub", '[project]\nname = "sub"\n[tool.ruff]\nline-length = 90\n')
+    write_pyproject(
+        tmp_path / "sub" / "broken", "[project\n"
+    )  # broken, but nothing to do with lowerd
     assert find_config(tmp_path / "sub" / "broken") == config
 
 
 def test_find_config_reports_a_broken_pyproject_that_mentions_lowerd(tmp_path: Path) -> None:
-    write(tmp_path, LOWERD_PYPROJECT)
-    broken = write(tmp_path / "sub", "[tool.lowerd]\ntimeout = \n[tool.lowerd.targets.a]\n")
+    write_pyproject(tmp_path, LOWERD_PYPROJECT)
+    broken = write_pyproject(
+        tmp_path / "sub", "[tool.lowerd]\ntimeout = \n[tool.lowerd.targets.a]\n"
+    )
     with pytest.raises(ConfigError, match="invalid TOML") as info:
         find_config(tmp_path / "sub")
     assert (info.value.location.file, info.value.location.line) == (str(broken), 2)
 
 
 def test_find_config_without_any(tmp_path: Path) -> None:
-    write(tmp_path, '[project]\nname = "x"\n')
+    write_pyproject(tmp_path, '[project]\nname = "x"\n')
     with pytest.raises(ConfigError, match="no pyproject.toml with \\[tool.lowerd\\] found in"):
         find_config(tmp_path)
 
@@ -814,7 +804,7 @@ def test_find_config_without_any(tmp_path: Path) -> None:
 @pytest.fixture
 def three_targets(tmp_path: Path):
     return load_config(
-        write(
+        write_pyproject(
             tmp_path,
             """\
             [tool.lowerd.targets.vit]
@@ -908,7 +898,7 @@ def test_an_entry_file_that_is_not_python_is_a_config_error(tmp_path: Path, entr
 def test_config_takes_exactly_the_sizes_the_cache_reads(tmp_path: Path, size: str) -> None:
     """One grammar: the config checks cache_max_size with the parser the cache uses."""
     table = f'[tool.lowerd]\ncache_max_size = "{size}"\ntargets.a.entry = "a.py:f"\n'
-    path = write(tmp_path, table)
+    path = write_pyproject(tmp_path, table)
     try:
         parse_size(size)
     except ValueError:

@@ -5,7 +5,6 @@ refusal blamed at the entry with the backend's message."""
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,21 +17,15 @@ from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.errors import ConfigError
 from lowerd.project.result import TargetResult
 
+from helpers import write_pyproject
 from stock import PROJECTS, call_entry, forget_project_modules, importable_copy, sha256, stock_pte
 
 # Config ---------------------------------------------------------------------------------------
 
 
-def write(folder: Path, text: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "pyproject.toml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
 def test_keys_read_and_digested(tmp_path: Path) -> None:
     config = load_config(
-        write(
+        write_pyproject(
             tmp_path,
             """\
             [tool.lowerd]
@@ -150,7 +143,7 @@ def test_keys_read_and_digested(tmp_path: Path) -> None:
 def test_config_errors_at_their_line(
     tmp_path: Path, text: str, line: int, parts: list[str]
 ) -> None:
-    path = write(tmp_path, text)
+    path = write_pyproject(tmp_path, text)
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert info.value.location.file == str(path)

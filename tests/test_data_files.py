@@ -5,7 +5,6 @@ files of `external_constants = true`. Each is what the stock script writes, list
 from __future__ import annotations
 
 import hashlib
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.errors import ConfigError
 from lowerd.project.result import DataFile, TargetResult
 
-from helpers import write_text_atomic
+from helpers import write_pyproject, write_text_atomic
 from stock import PROJECTS, call_entry, forget_project_modules, importable_copy, stock_pte
 
 ENTRY = "models/lookup.py:make"
@@ -160,15 +159,9 @@ def test_a_failed_build_removes_its_data_files(root: Path, tmp_path: Path) -> No
 # Configuration -------------------------------------------------------------------------------
 
 
-def _write(folder: Path, text: str) -> Path:
-    path = folder / "pyproject.toml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
 def test_etrecord_defaults_from_the_project_and_a_target_overrides(tmp_path: Path) -> None:
     config = load_config(
-        _write(
+        write_pyproject(
             tmp_path,
             """\
             [tool.lowerd]
@@ -217,6 +210,6 @@ def test_bad_data_file_keys_are_blamed_at_their_line(
     tmp_path: Path, text: str, line: int, message: str
 ) -> None:
     with pytest.raises(ConfigError) as info:
-        load_config(_write(tmp_path, text))
+        load_config(write_pyproject(tmp_path, text))
     assert info.value.location.line == line
     assert message in str(info.value)

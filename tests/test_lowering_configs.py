@@ -5,7 +5,6 @@ is the stock script's with the same arguments, and changing one rebuilds."""
 from __future__ import annotations
 
 import dataclasses
-import textwrap
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.errors import ConfigError
 from lowerd.project.result import TargetResult
 
+from helpers import write_pyproject
 from stock import PROJECTS, call_entry, forget_project_modules, importable_copy, sha256
 
 # Drift: the fields taken are the dataclasses' plain ones ---------------------------------------
@@ -64,16 +64,9 @@ def test_fields_are_the_dataclasses(
 # Config ---------------------------------------------------------------------------------------
 
 
-def write(folder: Path, text: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "pyproject.toml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
 def test_project_defaults_laid_over_key_by_key(tmp_path: Path) -> None:
     config = load_config(
-        write(
+        write_pyproject(
             tmp_path,
             """\
             [tool.lowerd.edge_compile_config]
@@ -209,7 +202,7 @@ def test_project_defaults_laid_over_key_by_key(tmp_path: Path) -> None:
 def test_config_errors_at_their_line(
     tmp_path: Path, text: str, line: int, parts: list[str]
 ) -> None:
-    path = write(tmp_path, text)
+    path = write_pyproject(tmp_path, text)
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert info.value.location.file == str(path)
