@@ -295,3 +295,11 @@ def load_error(folder: Path, text: str) -> ConfigError:
         load_config(path)
     assert info.value.location.file == str(path)
     return info.value
+
+
+def assert_config_error(folder: Path, text: str, line: int, parts: list[str]) -> None:
+    """Loading text fails at that line of its pyproject.toml, with every part in the message."""
+    error = load_error(folder, text)
+    assert error.location.line == line, error.message
+    for part in parts:
+        assert part in error.message, error.message

@@ -17,7 +17,7 @@ from lowerd.project.build_state import load_state, why_out_of_date
 from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.result import TargetResult
 
-from helpers import load_error, write_pyproject
+from helpers import assert_config_error, write_pyproject
 from stock import (
     PROJECTS,
     call_entry,
@@ -242,10 +242,7 @@ def test_no_options_by_default(tmp_path: Path) -> None:
 def test_option_errors_at_their_line(
     tmp_path: Path, text: str, line: int, parts: list[str]
 ) -> None:
-    error = load_error(tmp_path, text)
-    assert error.location.line == line, error.message
-    for part in parts:
-        assert part in error.message
+    assert_config_error(tmp_path, text, line, parts)
 
 
 # Lowering -------------------------------------------------------------------------------------

@@ -17,10 +17,9 @@ from lowerd.lowering.build import build_target
 from lowerd.project import compile_configs
 from lowerd.project.build_state import load_state, why_out_of_date
 from lowerd.project.config import ProjectConfig, load_config
-from lowerd.project.errors import ConfigError
 from lowerd.project.result import TargetResult
 
-from helpers import write_pyproject
+from helpers import assert_config_error, write_pyproject
 from stock import PROJECTS, call_entry, forget_project_modules, importable_copy, sha256
 
 # Drift: the fields taken are the dataclasses' plain ones ---------------------------------------
@@ -202,13 +201,7 @@ def test_project_defaults_laid_over_key_by_key(tmp_path: Path) -> None:
 def test_config_errors_at_their_line(
     tmp_path: Path, text: str, line: int, parts: list[str]
 ) -> None:
-    path = write_pyproject(tmp_path, text)
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    assert info.value.location.file == str(path)
-    assert info.value.location.line == line, info.value.message
-    for part in parts:
-        assert part in info.value.message
+    assert_config_error(tmp_path, text, line, parts)
 
 
 # Lowering -------------------------------------------------------------------------------------
