@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shutil
+import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from helpers import (
     shas,
     without_timing,
 )
+from stock import call_entry, forget_project_modules
 
 EXAMPLES = TESTS.parent / "examples"
 
@@ -76,7 +78,7 @@ def assert_built(run: Run, project: Path, names: list[str]) -> dict[str, Any]:
 
 
 BASIC_TARGETS = ["tiny_linear", "refused", "two_methods", "dynamic", "pkg"]
-EXAMPLE_TARGETS = ["cnn", "transformer", "encoder_decoder", "dynamic_mlp"]
+EXAMPLE_TARGETS = ["cnn", "transformer", "encoder_decoder", "dynamic_mlp", "cnn_int8", "cnn_per_op"]
 
 
 # broken/: every target fails, each at its line --------------------------------------------
@@ -487,3 +489,35 @@ def test_examples_build(examples: tuple[Path, Run]) -> None:
         assert (project / op["file"]).is_file(), op
         assert isinstance(op["line"], int) and op["line"] > 0, op
         assert op["reason"], op
+
+
+def test_examples_options_are_shown_and_equal_the_stock_script(examples: tuple[Path, Run]) -> None:
+    """cnn_int8 and cnn_per_op show what they declare in --json; cnn_per_op's .pte is the one
+    the stock script with the same XnnpackPartitioner and ExecutorchBackendConfig writes."""
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+
+    project, run = examples
+    targets = by_name(run.json())
+    assert targets["cnn_int8"]["quantize"] == "xnnpack-int8"
+    per_op = targets["cnn_per_op"]
+    assert per_op["backend_options"] == {"xnnpack": {"per_op_mode": True}}
+    assert per_op["options"] == {"executorch_backend_config": {"extract_delegate_segments": False}}
+    for name in ("cnn", "transformer", "encoder_decoder", "dynamic_mlp"):
+        assert targets[name]["backend_options"] == {} and targets[name]["options"] == {}, name
+        assert targets[name]["quantize"] is None, name
+
+    saved_path = list(sys.path)
+    try:
+        module, args = call_entry(project, "models/cnn.py:make")
+    finally:
+        sys.path[:] = saved_path
+        forget_project_modules(project)
+    edge = to_edge_transform_and_lower(
+        {"forward": torch.export.export(module, args)},
+        partitioner=[XnnpackPartitioner(per_op_mode=True)],
+    )
+    stock = edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=False))
+    assert per_op["sha256"] == hashlib.sha256(bytes(stock.buffer)).hexdigest()
+    assert per_op["sha256"] != targets["cnn"]["sha256"]
