@@ -16,9 +16,9 @@ import hashlib
 import io
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from lowerd.cache.atomic import write_atomic
 from lowerd.cache.store import BlobStore
@@ -44,6 +44,10 @@ from lowerd.project.errors import EntryError, ExportError, LowerdError, Lowering
 from lowerd.project.report_model import MethodReport
 from lowerd.project.result import CacheSummary, DataFile, SourceSite, TargetResult
 from lowerd.project.source_map import UserFiles
+
+if TYPE_CHECKING:  # imported where used: the engine's modules load on a build's first need
+    from lowerd.lowering.preprocess_cache import PreprocessCache
+    from lowerd.lowering.reasons import PartitionReasons
 
 # stage, target name, detail ("3/42" during preprocess)
 Progress = Callable[[str, str, str | None], None]
@@ -261,8 +265,9 @@ class _TargetBuilder:
             target=self.target.name,
             inputs_digest=target_inputs_digest(self.config, self.target),
             sources=sources,
-            output=FileStamp.of(Path(result.output or "")),  # every result of run() has one
-            data_files=[FileStamp.of(Path(data_file.path)) for data_file in result.data_files],
+            # every result of run() has an output; its digest and the data files' are known
+            output=FileStamp.of(Path(result.output or ""), result.sha256),
+            data_files=[FileStamp.of(Path(f.path), f.sha256) for f in result.data_files],
             method_digests=program.digests if program else {},
             method_lines=program.lines if program else {},
             report=result.to_json(),
@@ -393,7 +398,6 @@ class _TargetBuilder:
 
         from lowerd.lowering.preprocess_cache import PreprocessCache
         from lowerd.lowering.reasons import PartitionReasons
-        from lowerd.lowering.report import method_report
 
         self._stage("partition")
         reasons = PartitionReasons()
@@ -415,17 +419,7 @@ class _TargetBuilder:
             raise
         except Exception as error:
             raise self._blame(LoweringError, error, "ExecuTorch lowering failed") from error
-        reports = {
-            name: method_report(
-                edge.exported_program(name).graph_module,
-                self.user_files,
-                reasons,
-                preprocess,
-                displays,
-            )
-            for name in exported
-        }
-        return edge, reports, preprocess
+        return edge, self._method_reports(edge, exported, reasons, preprocess, displays), preprocess
 
     def _lower_whole_program(
         self, exported: dict[str, Any]
@@ -445,7 +439,6 @@ class _TargetBuilder:
 
         from lowerd.lowering.preprocess_cache import PreprocessCache
         from lowerd.lowering.reasons import PartitionReasons
-        from lowerd.lowering.report import method_report
 
         class WholeProgram(torch.nn.Module):  # the documented composite: calls the lowered module
             def __init__(self, lowered_module: Any):
@@ -472,7 +465,9 @@ class _TargetBuilder:
         lowered_programs = {}
         with preprocess.installed():
             try:
-                edge = to_edge(exported, compile_config=EdgeCompileConfig(**self._edge_config()))
+                edge = to_edge(
+                    exported, compile_config=EdgeCompileConfig(**self.target.edge_compile_config)
+                )
             except Exception as error:
                 raise self._blame(LoweringError, error, "ExecuTorch lowering failed") from error
             for name in exported:
@@ -492,25 +487,36 @@ class _TargetBuilder:
             lowered_edge = to_edge(
                 lowered_programs,
                 constant_methods=self.target.constant_methods or None,
-                compile_config=EdgeCompileConfig(**self._edge_config()),
+                compile_config=EdgeCompileConfig(**self.target.edge_compile_config),
                 generate_etrecord=self.target.etrecord,
             )
         except Exception as error:
             raise self._blame(LoweringError, error, "ExecuTorch lowering failed") from error
-        reports = {
-            name: method_report(
-                lowered_edge.exported_program(name).graph_module,
-                self.user_files,
-                PartitionReasons(),
-                preprocess,
-                [display],
-            )
-            for name in exported
-        }
+        reports = self._method_reports(
+            lowered_edge, exported, PartitionReasons(), preprocess, [display]
+        )
         return lowered_edge, reports, preprocess
 
-    def _edge_config(self) -> dict[str, Any]:
-        return dict(self.target.edge_compile_config)
+    def _method_reports(
+        self,
+        edge: Any,
+        methods: Iterable[str],
+        reasons: PartitionReasons,
+        preprocess: PreprocessCache,
+        displays: list[str],
+    ) -> dict[str, MethodReport]:
+        from lowerd.lowering.report import method_report
+
+        return {
+            name: method_report(
+                edge.exported_program(name).graph_module,
+                self.user_files,
+                reasons,
+                preprocess,
+                displays,
+            )
+            for name in methods
+        }
 
     def _report_when_partitioned(
         self, partitioner: Any, displays: list[str], methods: list[str], reasons: Any

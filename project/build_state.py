@@ -40,9 +40,10 @@ class FileStamp:
     sha256: str
 
     @classmethod
-    def of(cls, path: Path) -> FileStamp:
+    def of(cls, path: Path, sha256: str | None = None) -> FileStamp:
+        """The file's stamp; `sha256` when its writer already hashed the bytes it wrote."""
         stat = path.stat()
-        return cls(str(path), stat.st_size, stat.st_mtime_ns, file_digest(path))
+        return cls(str(path), stat.st_size, stat.st_mtime_ns, sha256 or file_digest(path))
 
     def unchanged(self) -> bool:
         try:
