@@ -3,7 +3,6 @@ in the entry. Checked at its lines, equal to the documented script's .pte, in th
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from lowerd.project.build_state import load_state, target_inputs_digest
 from lowerd.project.config import load_config
 from lowerd.project.errors import ConfigError
 
+from helpers import load_error
 from stock import PROJECTS, call_entry, importable_copy, sha256
 
 # Config ---------------------------------------------------------------------------------------
@@ -28,13 +28,9 @@ entry = "models/net.py:make"
 """
 
 
-def load_error(tmp_path: Path, text: str) -> ConfigError:
-    path = tmp_path / "pyproject.toml"
-    path.write_text(HEAD + textwrap.dedent(text))
-    with pytest.raises(ConfigError) as info:
-        load_config(path)
-    assert info.value.location.file == str(path)
-    return info.value
+def quantize_error(tmp_path: Path, text: str) -> ConfigError:
+    """The error of HEAD's project with text after it."""
+    return load_error(tmp_path, HEAD + text)
 
 
 def test_a_declared_scheme_and_calibration_are_read(tmp_path: Path) -> None:
@@ -52,30 +48,32 @@ def test_a_declared_scheme_and_calibration_are_read(tmp_path: Path) -> None:
 
 
 def test_an_unknown_scheme_is_blamed_on_its_line_with_the_valid_ones(tmp_path: Path) -> None:
-    error = load_error(tmp_path, '[tool.lowerd.targets.net.quantize]\nscheme = "xnnpack-int9"\n')
+    error = quantize_error(
+        tmp_path, '[tool.lowerd.targets.net.quantize]\nscheme = "xnnpack-int9"\n'
+    )
     assert error.location.line == 7
     assert "'xnnpack-int9'" in error.message and "did you mean 'xnnpack-int8'" in error.message
     assert "xnnpack-int8, xnnpack-int8-dynamic" in error.message
 
 
 def test_quantize_mistakes_are_blamed_on_their_lines(tmp_path: Path) -> None:
-    error = load_error(
+    error = quantize_error(
         tmp_path, '[tool.lowerd.targets.net.quantize]\nscheme = "xnnpack-int8"\ncalbration = "x"\n'
     )
     assert error.location.line == 8 and "did you mean 'calibration'" in error.message
-    error = load_error(tmp_path, "[tool.lowerd.targets.net.quantize]\nscheme = 8\n")
+    error = quantize_error(tmp_path, "[tool.lowerd.targets.net.quantize]\nscheme = 8\n")
     assert error.location.line == 7 and "the integer 8" in error.message
-    error = load_error(tmp_path, 'quantize = "xnnpack-int8"\n')
+    error = quantize_error(tmp_path, 'quantize = "xnnpack-int8"\n')
     assert error.location.line == 6 and "must be a table" in error.message
-    error = load_error(tmp_path, '[tool.lowerd.targets.net.quantize]\ncalibration = "a.py:f"\n')
+    error = quantize_error(tmp_path, '[tool.lowerd.targets.net.quantize]\ncalibration = "a.py:f"\n')
     assert error.location.line == 6 and "no scheme" in error.message
-    error = load_error(
+    error = quantize_error(
         tmp_path,
         '[tool.lowerd.targets.net.quantize]\nscheme = "xnnpack-int8"\n'
         'calibration = "data/x.txt:f"\n',
     )
     assert error.location.line == 8 and "calibration file 'data/x.txt'" in error.message
-    error = load_error(
+    error = quantize_error(
         tmp_path,
         '[tool.lowerd.targets.net.quantize]\nscheme = "xnnpack-int8"\ncalibration = "data.py"\n',
     )
