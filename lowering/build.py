@@ -452,13 +452,6 @@ class _TargetBuilder:
         backend_id = whole_program["backend_id"]
         display = _display_of_id(backend_id)
         specs = [CompileSpec(k, v.encode()) for k, v in whole_program["compile_specs"].items()]
-        for name, method in self.methods.items():
-            if method.dynamic_shapes is not None:
-                raise self._blame(
-                    LoweringError,
-                    ValueError(f"method {name!r} has dynamic shapes"),
-                    "whole_program lowers static shapes only",
-                )
         self._stage("partition")
         self.partitions_expected = len(exported)
         preprocess = PreprocessCache(self.store, on_preprocess=self._preprocessed)
@@ -478,8 +471,11 @@ class _TargetBuilder:
                         LoweringError, error, f"{display} refused method {name!r}"
                     ) from error
                 try:
+                    method = self.methods[name]
                     lowered_programs[name] = torch.export.export(
-                        WholeProgram(lowered), self.methods[name].args
+                        WholeProgram(lowered),
+                        method.args,
+                        dynamic_shapes=_var_positional_shapes(method),
                     )
                 except Exception as error:
                     raise self._blame(LoweringError, error, "ExecuTorch lowering failed") from error
@@ -617,3 +613,18 @@ def _summary(error: Exception, max_lines: int = 8) -> str:
     if len(kept) > max_lines:
         text += f"\n... ({len(kept) - max_lines} more lines)"
     return f"{type(error).__name__}: {text}"
+
+
+def _var_positional_shapes(method: MethodSpec) -> Any:
+    """The method's dynamic shapes for a `forward(*args)` that takes its arguments in order:
+    one entry, `args`, holding a shape per positional argument. A dict keyed by the original
+    forward's parameter names is put in that order."""
+    import inspect
+
+    shapes = method.dynamic_shapes
+    if shapes is None:
+        return None
+    if isinstance(shapes, dict):
+        names = list(inspect.signature(method.module.forward).parameters)[: len(method.args)]
+        shapes = tuple(shapes.get(name) for name in names)
+    return {"args": tuple(shapes)}

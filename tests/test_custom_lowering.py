@@ -170,6 +170,10 @@ partitioners = "parts.py:partitioners"
 entry = "models/tiny_linear.py:make"
 whole_program = { backend_id = "XnnpackBackend" }
 
+[tool.lowerd.targets.whole_dynamic]
+entry = "models/dynamic.py:make"
+whole_program = { backend_id = "XnnpackBackend" }
+
 [tool.lowerd.targets.whole_refused]
 entry = "models/refused.py:make"
 whole_program = { backend_id = "XnnpackBackend" }
@@ -244,10 +248,14 @@ def _stock_whole_program(root: Path, entry: str) -> str:
         def forward(self, *args: torch.Tensor) -> torch.Tensor:
             return self.lowered_module(*args)
 
-    module, args = call_entry(root, entry)
-    edge = to_edge(torch.export.export(module, args))
+    module, args, *shapes = call_entry(root, entry)
+    dynamic_shapes = shapes[0] if shapes else None
+    edge = to_edge(torch.export.export(module, args, dynamic_shapes=dynamic_shapes))
     lowered = to_backend("XnnpackBackend", edge.exported_program(), [])
-    program = to_edge(torch.export.export(Composite(lowered), args)).to_executorch()
+    # The composite takes `*args`: its shapes are one entry holding a shape per argument.
+    composite_shapes = None if dynamic_shapes is None else {"args": dynamic_shapes}
+    composite = torch.export.export(Composite(lowered), args, dynamic_shapes=composite_shapes)
+    program = to_edge(composite).to_executorch()
     return sha256(bytes(program.buffer))
 
 
@@ -262,6 +270,11 @@ def test_whole_program_equals_stock_and_a_refusal_is_blamed(project: Path, tmp_p
     [report] = result.methods.values()
     assert [p.backend for p in report.partitions] == ["XNNPACK"]
     assert report.ops_delegated == report.ops and not report.not_delegated
+
+    # A batch dimension that varies (1..64) is lowered with its range, as the stock script's.
+    dynamic = _build(config, "whole_dynamic", store)
+    assert dynamic.status == "ok", dynamic.error
+    assert dynamic.sha256 == _stock_whole_program(project, "models/dynamic.py:make")
 
     refused = _build(config, "whole_refused", store)
     assert refused.status == "error" and refused.error is not None
