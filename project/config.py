@@ -24,17 +24,37 @@ from lowerd.cache.location import parse_size
 from lowerd.project.backends import BACKEND_OPTIONS, BACKENDS, KNOWN_BACKENDS, OptionKind
 from lowerd.project.compile_configs import COMPILE_CONFIGS
 from lowerd.project.errors import ConfigError
+from lowerd.project.team_config import (
+    DEFAULT_REMOTE_MAX_ENTRY,
+    DEFAULT_REMOTE_TIMEOUT,
+    EXECUTORS,
+    REMOTE_MODES,
+    Executor,
+    RemoteCacheConfig,
+    check_cache_url,
+)
 from lowerd.project.toml_lines import KeyLocator, KeyPath
 
 PYPROJECT = "pyproject.toml"
 DEFAULT_BACKENDS: tuple[str, ...] = ("xnnpack",)
 DEFAULT_OUT_DIR = "build"
 
+# The remote tier's settings besides cache_url, which each need it.
+REMOTE_CACHE_KEYS = (
+    "cache_remote",
+    "cache_ttl",
+    "cache_remote_max_entry_size",
+    "cache_remote_timeout",
+)
 PROJECT_KEYS = (
     "backends",
     "out_dir",
     "cache_dir",
     "cache_max_size",
+    "cache_url",
+    *REMOTE_CACHE_KEYS,
+    "executor",
+    "ray_address",
     "timeout",
     "daemon",
     "warm_libraries",
@@ -183,6 +203,11 @@ class ProjectConfig:
     digest: str
     # Every target's default for `etrecord`.
     etrecord: bool = False
+    # The redis tier behind the local cache (cache_url and its cache_* keys), as written.
+    remote_cache: RemoteCacheConfig | None = None
+    # Where stale targets build: forked local workers, or tasks on a Ray cluster at ray_address.
+    executor: Executor = "local"
+    ray_address: str | None = None
 
     def with_backends(self, backends: tuple[str, ...] | None) -> ProjectConfig:
         """Every target lowered with `backends` instead (an editor's override); None: as written."""
@@ -332,14 +357,61 @@ class _Reader:
             backends=backends,
             out_dir=self.out_dir(table, root),
             cache_dir=root / self.folder(table, "cache_dir") if "cache_dir" in table else None,
-            cache_max_size=self.size(table.get("cache_max_size")),
-            timeout=self.timeout(table.get("timeout")),
+            cache_max_size=self.size(table, "cache_max_size"),
+            timeout=self.timeout(table, "timeout"),
             daemon=self.flag(table, "daemon"),
             warm_libraries=self.flag(table, "warm_libraries", default=True),
             targets=self.targets(table.get("targets"), backends, etrecord),
             digest=_digest(table),
             etrecord=etrecord,
+            remote_cache=self.remote_cache(table),
+            executor=self.choice(table, "executor", EXECUTORS, "local"),
+            ray_address=self.text(table, "ray_address"),
         )
+
+    def remote_cache(self, table: dict[str, Any]) -> RemoteCacheConfig | None:
+        url = self.text(table, "cache_url")
+        if url is None:
+            if stray := next((name for name in REMOTE_CACHE_KEYS if name in table), None):
+                raise self.error(f"{stray} needs cache_url (a redis URL)", (*LOWERD, stray))
+            return None
+        try:
+            check_cache_url(url, "cache_url")
+        except ConfigError as error:
+            raise self.error(error.message, (*LOWERD, "cache_url")) from None
+        ttl = table.get("cache_ttl")
+        if ttl is not None and not _positive_int(ttl):
+            raise self.error(
+                f"cache_ttl must be a positive number of seconds, got {_describe(ttl)}",
+                (*LOWERD, "cache_ttl"),
+            )
+        return RemoteCacheConfig(
+            url=url,
+            mode=self.choice(table, "cache_remote", REMOTE_MODES, "read-write"),
+            ttl=ttl,
+            max_entry_size=self.size(table, "cache_remote_max_entry_size")
+            or DEFAULT_REMOTE_MAX_ENTRY,
+            timeout=self.timeout(table, "cache_remote_timeout") or DEFAULT_REMOTE_TIMEOUT,
+            line=self.line((*LOWERD, "cache_url")),
+        )
+
+    def choice(self, table: dict[str, Any], name: str, valid: Sequence[str], default: str) -> Any:
+        value = table.get(name, default)
+        if value not in valid:
+            names = ", ".join(repr(v) for v in valid)
+            raise self.error(
+                f"{name} must be one of {names}, got {_describe(value)}",
+                (*LOWERD, name),
+            )
+        return value
+
+    def text(self, table: dict[str, Any], name: str) -> str | None:
+        value = table.get(name)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise self.error(
+                f"{name} must be a non-empty string, got {_describe(value)}", (*LOWERD, name)
+            )
+        return value
 
     def targets(
         self, table: Any, default_backends: tuple[str, ...], default_etrecord: bool = False
@@ -735,27 +807,29 @@ class _Reader:
             raise self.error(f"out_dir {str(written)!r} {problem}", (*LOWERD, "out_dir"))
         return root / written
 
-    def size(self, value: Any) -> str | None:
+    def size(self, table: dict[str, Any], name: str) -> str | None:
         """A size the cache will read (lowerd.cache.location.parse_size), checked here so a bad
         one is blamed on its line."""
+        value = table.get(name)
         if value is None:
             return None
         if not isinstance(value, str) or not _is_size(value):
             raise self.error(
-                f'cache_max_size must be a size like "500M" or "5G", got {_describe(value)}',
-                (*LOWERD, "cache_max_size"),
+                f'{name} must be a size like "500M" or "5G", got {_describe(value)}',
+                (*LOWERD, name),
             )
         return value.strip()
 
-    def timeout(self, value: Any) -> float | None:
+    def timeout(self, table: dict[str, Any], name: str) -> float | None:
+        value = table.get(name)
         if value is None:
             return None
         # bool is an int to Python, but `timeout = true` is surely a mistake.
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if not number or not math.isfinite(value) or value <= 0:
             raise self.error(
-                f"timeout must be a positive number of seconds, got {_describe(value)}",
-                (*LOWERD, "timeout"),
+                f"{name} must be a positive number of seconds, got {_describe(value)}",
+                (*LOWERD, name),
             )
         return float(value)
 

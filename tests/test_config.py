@@ -346,10 +346,77 @@ def test_no_lowerd_table(tmp_path: Path) -> None:
             [
                 "unknown key 'outdir' in [tool.lowerd]",
                 "unknown key 'outdir' in [tool.lowerd] (did you mean 'out_dir'?); allowed keys",
-                "allowed keys: backends, out_dir, cache_dir, cache_max_size, timeout, daemon, "
-                "warm_libraries, etrecord, ",
+                "allowed keys: backends, out_dir, cache_dir, cache_max_size, cache_url, "
+                "cache_remote, cache_ttl, cache_remote_max_entry_size, cache_remote_timeout, "
+                "executor, ray_address, timeout, daemon, warm_libraries, etrecord, ",
             ],
             id="unknown-project-key",
+        ),
+        pytest.param(
+            """\
+            [tool.lowerd]
+            cache_url = "http://cache:6379"
+            targets.a.entry = "a.py:f"
+            """,
+            2,
+            ["cache_url must be a redis URL (redis://, rediss://, unix://)", "'http://cache:6379'"],
+            id="cache-url-not-redis",
+        ),
+        pytest.param(
+            """\
+            [tool.lowerd]
+            cache_url = "redis://ci:hunter2@cache:6379/0"
+            cache_remote = "write-only"
+            targets.a.entry = "a.py:f"
+            """,
+            3,
+            [
+                "cache_remote must be one of 'read-write', 'read-only'",
+                'got the string "write-only"',
+            ],
+            id="cache-remote-mode",
+        ),
+        pytest.param(
+            """\
+            [tool.lowerd]
+            cache_ttl = 3600
+            targets.a.entry = "a.py:f"
+            """,
+            2,
+            ["cache_ttl needs cache_url"],
+            id="cache-ttl-without-url",
+        ),
+        pytest.param(
+            """\
+            [tool.lowerd]
+            cache_url = "redis://cache:6379/0"
+            cache_ttl = 1.5
+            targets.a.entry = "a.py:f"
+            """,
+            3,
+            ["cache_ttl must be a positive number of seconds"],
+            id="cache-ttl-not-an-int",
+        ),
+        pytest.param(
+            """\
+            [tool.lowerd]
+            cache_url = "redis://cache:6379/0"
+            cache_remote_max_entry_size = "big"
+            targets.a.entry = "a.py:f"
+            """,
+            3,
+            ['cache_remote_max_entry_size must be a size like "500M"'],
+            id="cache-remote-max-entry-size",
+        ),
+        pytest.param(
+            """\
+            [tool.lowerd]
+            executor = "slurm"
+            targets.a.entry = "a.py:f"
+            """,
+            2,
+            ["executor must be one of 'local', 'ray'", 'got the string "slurm"'],
+            id="executor-unknown",
         ),
         pytest.param(
             """\
@@ -907,3 +974,38 @@ def test_config_takes_exactly_the_sizes_the_cache_reads(tmp_path: Path, size: st
         assert info.value.location.line == 2
     else:
         assert load_config(path).cache_max_size == size.strip()
+
+
+def test_the_environment_overrides_the_remote_tier(tmp_path: Path) -> None:
+    """One pyproject.toml for read-only laptops and a CI that writes; the password never shows."""
+    from lowerd.project.config import load_config
+    from lowerd.project.team_config import remote_from_env
+
+    path = write_pyproject(
+        tmp_path,
+        """\
+        [tool.lowerd]
+        cache_url = "redis://dev:s3cret@cache:6379/0"
+        cache_remote = "read-only"
+        cache_ttl = 86400
+        [tool.lowerd.targets.a]
+        entry = "a.py:f"
+        """,
+    )
+    remote = load_config(path).remote_cache
+    assert remote is not None and remote.mode == "read-only" and remote.ttl == 86400
+    assert remote.line == 2 and remote.display_url == "redis://dev:***@cache:6379/0"
+    assert remote_from_env(remote, {}) == remote
+    ci = remote_from_env(remote, {"LOWERD_CACHE_REMOTE": "read-write"})
+    assert ci is not None and ci.mode == "read-write" and ci.url == remote.url
+    moved = remote_from_env(remote, {"LOWERD_CACHE_URL": "rediss://ci:tok@other:6380/1"})
+    assert moved is not None and moved.url == "rediss://ci:tok@other:6380/1" and moved.ttl == 86400
+    assert remote_from_env(remote, {"LOWERD_CACHE_URL": ""}) is None
+    assert remote_from_env(None, {}) is None
+    only_env = remote_from_env(None, {"LOWERD_CACHE_URL": "redis://localhost:6379/2"})
+    assert only_env is not None and only_env.mode == "read-write"
+    with pytest.raises(ConfigError, match=r"\$LOWERD_CACHE_REMOTE must be one of"):
+        remote_from_env(remote, {"LOWERD_CACHE_REMOTE": "yes"})
+    with pytest.raises(ConfigError, match=r"\$LOWERD_CACHE_URL must be a redis URL") as bad:
+        remote_from_env(remote, {"LOWERD_CACHE_URL": "ftp://x:pw@h/"})
+    assert "pw" not in bad.value.message and "ftp://x:***@h/" in bad.value.message

@@ -1,0 +1,95 @@
+"""What [tool.lowerd] says about sharing work beyond this machine: the remote cache tier (redis)
+and the executor that builds stale targets (local forked workers, or tasks on a Ray cluster).
+
+Environment overrides, read when a build opens its store or picks its executor, win over the
+file, so one pyproject.toml serves read-only laptops and a CI that writes:
+$LOWERD_CACHE_URL (cache_url; "" turns the tier off), $LOWERD_CACHE_REMOTE (cache_remote).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from lowerd.project.errors import ConfigError
+
+RemoteMode = Literal["read-write", "read-only"]
+REMOTE_MODES: tuple[RemoteMode, ...] = ("read-write", "read-only")
+# redis-py's URL schemes: TCP, TLS, and a local socket.
+CACHE_URL_SCHEMES = ("redis", "rediss", "unix")
+Executor = Literal["local", "ray"]
+EXECUTORS: tuple[Executor, ...] = ("local", "ray")
+
+DEFAULT_REMOTE_TIMEOUT = 2.0  # seconds a redis command may take before the tier is given up
+DEFAULT_REMOTE_MAX_ENTRY = "64M"  # larger values are neither sent nor taken
+
+
+@dataclass(frozen=True)
+class RemoteCacheConfig:
+    """The redis tier: read through on a local miss, written through on a fresh entry."""
+
+    url: str
+    mode: RemoteMode = "read-write"
+    ttl: int | None = None  # seconds an entry lives in redis; None: until redis evicts it
+    max_entry_size: str = DEFAULT_REMOTE_MAX_ENTRY
+    timeout: float = DEFAULT_REMOTE_TIMEOUT
+    line: int | None = None  # of cache_url in pyproject.toml, where the editor says it is down
+
+    @property
+    def display_url(self) -> str:
+        """The URL without its password, for messages and documents."""
+        return redacted_url(self.url)
+
+
+def remote_from_env(
+    remote: RemoteCacheConfig | None, env: Mapping[str, str] = os.environ
+) -> RemoteCacheConfig | None:
+    """The tier a build uses: the file's, with the environment's overrides applied."""
+    if remote is None:
+        url = env.get("LOWERD_CACHE_URL")
+        if not url:
+            return None
+        remote = RemoteCacheConfig(url=check_cache_url(url, "$LOWERD_CACHE_URL"))
+    return _apply_env(remote, env)
+
+
+def _apply_env(remote: RemoteCacheConfig, env: Mapping[str, str]) -> RemoteCacheConfig | None:
+    url = env.get("LOWERD_CACHE_URL")
+    if url is not None:
+        if not url:
+            return None
+        remote = replace(remote, url=check_cache_url(url, "$LOWERD_CACHE_URL"), line=None)
+    mode = env.get("LOWERD_CACHE_REMOTE")
+    if mode:
+        if mode not in REMOTE_MODES:
+            raise ConfigError(
+                f"$LOWERD_CACHE_REMOTE must be one of {', '.join(REMOTE_MODES)}, got {mode!r}"
+            )
+        remote = replace(remote, mode=mode)
+    return remote
+
+
+def check_cache_url(url: str, where: str) -> str:
+    """url if redis-py can take it; else a ConfigError naming where it came from."""
+    parts = urlsplit(url)
+    if parts.scheme not in CACHE_URL_SCHEMES or not (parts.hostname or parts.path):
+        schemes = ", ".join(f"{scheme}://" for scheme in CACHE_URL_SCHEMES)
+        raise ConfigError(
+            f"{where} must be a redis URL ({schemes}), got {redacted_url(url)!r}"
+            " (for example redis://cache.example.com:6379/0)"
+        )
+    return url
+
+
+def redacted_url(url: str) -> str:
+    """redis://user:secret@host/0 -> redis://user:***@host/0."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port is not None else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
