@@ -1,11 +1,10 @@
 """A content-addressed blob store on disk: verified on every read, atomic on every write.
 
-Layout: <root>/blobs/<first two characters of the key>/<key>[.<kind>]. An entry file holds MAGIC,
-the sha256 of the rest of the file, then that rest: a frame (schema version, memo kind, key) and
-the payload. The digest covers the kind and the key, so an entry is bound to the name it was
-stored under: a file copied or linked over another entry's path fails the check. Anything else
-found at a key's path (a damaged file, another key's entry, a symlink, a FIFO) is a miss and is
-removed. Eviction is least-recently-used by mtime, which every hit refreshes.
+Layout: <root>/blobs/<first two characters of the key>/<key>[.<kind>]. An entry file is one entry
+(cache/entry.py), bound to the name it was stored under: a file copied or linked over another
+entry's path fails the check. Anything else found at a key's path (a damaged file, another key's
+entry, a symlink, a FIFO) is a miss and is removed. Eviction is least-recently-used by mtime,
+which every hit refreshes.
 
 A broken store never raises OSError: a read is a miss, a write is not stored, a scan counts what
 it could read, and each problem is noted in `problems` for the caller to report.
@@ -19,31 +18,20 @@ directory it is writing into.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import re
 import stat
-import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .atomic import write_atomic
+from .entry import DEFAULT_KIND, MAGIC, OLD_MAGICS, check_name, decode_entry, entry_head
 from .location import DEFAULT_MAX_BYTES
 
-MAGIC = b"LWB2"
-# Entries of an older format are misses, removed without counting as corrupt: an upgrade frees
-# their space without a warning.
-_OLD_MAGICS = (b"LWB1",)
-_SCHEMA = 2
-_DIGEST_SIZE = hashlib.sha256().digest_size
-_HEADER_SIZE = len(MAGIC) + _DIGEST_SIZE
-# After the digest: schema version, then the lengths of the kind and the key that follow it.
-_FRAME = struct.Struct(">HHH")
-DEFAULT_KIND = "blob"
-_KEY = re.compile(r"[0-9a-f]{16,128}")
-_KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")
+__all__ = ["DEFAULT_KIND", "MAGIC", "BlobStore", "GcResult", "StoreProblem", "StoreStats"]
+
 _ENTRY_NAME = re.compile(r"[0-9a-f]{16,128}(?:\.[a-z][a-z0-9_]{0,31})?")
 _SHARD = re.compile(r"[0-9a-f]{2}")
 # O_NOFOLLOW: a symlink is never an entry we wrote. O_NONBLOCK: opening a FIFO must not wait
@@ -153,11 +141,8 @@ class BlobStore:
         path = self._path(key, kind)
         if not self._make_dirs(self.root, self._blobs, path.parent):
             return False
-        frame = _frame(key, kind)
-        digest = hashlib.sha256(frame)
-        digest.update(payload)
         try:
-            write_atomic(path, (MAGIC + digest.digest() + frame, payload), temp_prefix=_TEMP_PREFIX)
+            write_atomic(path, (entry_head(key, kind, payload), payload), temp_prefix=_TEMP_PREFIX)
         except FileNotFoundError as error:
             if path.parent.is_dir():  # a concurrent clear removed the temp file: nothing stored
                 return False
@@ -229,11 +214,7 @@ class BlobStore:
         return self.gc(self.max_bytes)
 
     def _path(self, key: str, kind: str) -> Path:
-        # The key becomes a file name, so anything but plain hex could escape the store.
-        if not isinstance(key, str) or not _KEY.fullmatch(key):
-            raise ValueError(f"invalid cache key {key!r}: expected 16 to 128 lowercase hex digits")
-        if not isinstance(kind, str) or not _KIND.fullmatch(kind):
-            raise ValueError(f"invalid memo kind {kind!r}: expected a lowercase identifier")
+        check_name(key, kind)  # the key becomes a file name: anything but plain hex could escape
         name = key if kind == DEFAULT_KIND else f"{key}.{kind}"
         return self._blobs / key[:2] / name
 
@@ -243,9 +224,9 @@ class BlobStore:
             self._discard(path, opened)
             return None
         data = _read_all(fd, opened.st_size)
-        payload = _decode(data, key, kind)
+        payload = decode_entry(data, key, kind)
         if payload is None:
-            self._discard(path, opened, corrupt=not data.startswith(_OLD_MAGICS))
+            self._discard(path, opened, corrupt=not data.startswith(OLD_MAGICS))
             return None
         os.utime(fd)  # a hit makes the entry the most recently used
         return payload
@@ -338,25 +319,6 @@ class BlobStore:
         problem = StoreProblem(action, path, reason)
         if problem not in self.problems and len(self.problems) < _MAX_PROBLEMS:
             self.problems.append(problem)
-
-
-def _frame(key: str, kind: str) -> bytes:
-    kind_bytes, key_bytes = kind.encode(), key.encode()
-    return _FRAME.pack(_SCHEMA, len(kind_bytes), len(key_bytes)) + kind_bytes + key_bytes
-
-
-def _decode(data: bytes, key: str, kind: str) -> bytes | None:
-    """The payload if data is a whole, unaltered entry stored under key for kind; else None."""
-    if len(data) < _HEADER_SIZE or not data.startswith(MAGIC):
-        return None
-    body = memoryview(data)[_HEADER_SIZE:]
-    if hashlib.sha256(body).digest() != data[len(MAGIC) : _HEADER_SIZE]:
-        return None
-    # The digest matches, so the frame is as written: it only remains to ask whose entry it is.
-    frame = _frame(key, kind)
-    if bytes(body[: len(frame)]) != frame:
-        return None
-    return bytes(body[len(frame) :])
 
 
 def _read_all(fd: int, size_hint: int) -> bytes:

@@ -186,6 +186,11 @@ def _how_built(target: dict[str, Any]) -> str:
     how = f"{target['seconds']:.1f} s, cache {cache['hits']} hit{rebased} / {cache['misses']} miss"
     for kind, counts in target.get("memo", {}).items():
         how += f", {kind} {counts['hits']} hit / {counts['misses']} miss"
+    if remote := cache.get("remote_counts"):
+        # Of the hits, those the remote tier served; what it was sent; its state when not ok.
+        how += f", remote {remote['hits']} hit / {remote['puts']} put"
+        if cache["remote"] != "ok":
+            how += f" ({cache['remote'].split(':')[0]})"
     return how
 
 

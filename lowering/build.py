@@ -17,11 +17,13 @@ import io
 import re
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from lowerd.cache.atomic import write_atomic
 from lowerd.cache.store import BlobStore
+from lowerd.cache.tiered import TieredStore
 from lowerd.lowering.entry import LoadedEntry, MethodSpec, definition_site, load_entry
 from lowerd.lowering.export_output import export_output_held
 from lowerd.lowering.inputs import InputRecorder
@@ -72,15 +74,24 @@ def build_target(
     started = time.perf_counter()
     builder = _TargetBuilder(config, target, store, progress or (lambda *_: None), on_partitioned)
     try:
-        return builder.run(started, load_state(config, target) if reuse else None)
+        result = builder.run(started, load_state(config, target) if reuse else None)
     except LowerdError as error:
         discard_output(config, target)
         if error.location.file:  # named like the report's source lines: relative to the root
             error.location.file = builder.user_files.display(error.location.file)
         seconds = time.perf_counter() - started
-        return TargetResult(
+        result = TargetResult(
             target.name, "error", seconds, error=error.info(), entry=builder.entry_site()
         )
+    return _with_remote_report(result, store)
+
+
+def _with_remote_report(result: TargetResult, store: BlobStore | None) -> TargetResult:
+    """The result with the remote tier's part in the build, once its uploads are done."""
+    report = store.finish_remote() if isinstance(store, TieredStore) else None
+    if report is None:
+        return result
+    return replace(result, cache=replace(result.cache, remote=report))
 
 
 class _TargetBuilder:

@@ -62,7 +62,7 @@ class Batch:
         document = {
             "config": str(self.config.path),
             "targets": [result.to_json() for result in results],
-            "warnings": self._cache_warnings(results),
+            "warnings": self._cache_warnings(results) + _remote_warnings(results),
         }
         failed = any(not result.ok for result in results)
         return document, "target_failed" if failed else "ok"
@@ -81,3 +81,13 @@ class Batch:
             return [f"{line}; built without it" for line in store.warnings()]
         store.enforce_limit()
         return store.warnings()
+
+
+def _remote_warnings(results: list[TargetResult]) -> list[str]:
+    """The remote tier's trouble, once per build however many targets met it: a tier that is
+    down, a value that failed verification, uploads given up."""
+    lines: dict[str, None] = {}
+    for result in results:
+        if result.cache.remote is not None:
+            lines.update(dict.fromkeys(result.cache.remote.warnings()))
+    return list(lines)

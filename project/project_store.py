@@ -1,4 +1,5 @@
-"""The blob store a project builds with: $LOWERD_CACHE_DIR, else config cache_dir, else the user's.
+"""The blob store a project builds with: $LOWERD_CACHE_DIR, else config cache_dir, else the user's;
+with the redis tier behind it when cache_url (or $LOWERD_CACHE_URL) names one.
 
 Shared by the CLI and the daemon's workers, so both read and fill the same cache.
 """
@@ -8,9 +9,12 @@ from __future__ import annotations
 import os
 
 from lowerd.cache.location import DEFAULT_MAX_BYTES, default_cache_dir, parse_size
+from lowerd.cache.remote import RemoteTier
 from lowerd.cache.store import BlobStore
+from lowerd.cache.tiered import TieredStore
 from lowerd.project.config import ProjectConfig
 from lowerd.project.errors import ConfigError
+from lowerd.project.team_config import RemoteCacheConfig, remote_from_env
 
 
 def store_for(config: ProjectConfig | None) -> BlobStore:
@@ -19,8 +23,26 @@ def store_for(config: ProjectConfig | None) -> BlobStore:
         root = config.cache_dir
     max_bytes = DEFAULT_MAX_BYTES
     if config is not None and config.cache_max_size:
-        try:
-            max_bytes = parse_size(config.cache_max_size)
-        except ValueError as error:
-            raise ConfigError(f"cache_max_size: {error}", config.path) from error
-    return BlobStore(root, max_bytes)
+        max_bytes = _size(config, "cache_max_size", config.cache_max_size)
+    remote = remote_from_env(config.remote_cache if config is not None else None)
+    if remote is None:
+        return BlobStore(root, max_bytes)
+    return TieredStore(root, remote_tier(remote, config), max_bytes)
+
+
+def remote_tier(remote: RemoteCacheConfig, config: ProjectConfig | None) -> RemoteTier:
+    return RemoteTier(
+        remote.url,
+        display_url=remote.display_url,
+        writable=remote.mode == "read-write",
+        ttl=remote.ttl,
+        max_entry_bytes=_size(config, "cache_remote_max_entry_size", remote.max_entry_size),
+        timeout=remote.timeout,
+    )
+
+
+def _size(config: ProjectConfig | None, name: str, text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as error:
+        raise ConfigError(f"{name}: {error}", config.path if config else None) from error

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from lowerd.cache.remote import RemoteCounts, RemoteReport
 from lowerd.project.report_model import MethodReport, coverage_percent
 
 Status = Literal["ok", "error"]
@@ -58,19 +59,38 @@ class ErrorInfo:
 @dataclass(frozen=True)
 class CacheSummary:
     """The build's partitions served from the blob cache (hits; of them, `rebased`: their debug
-    handles renumbered) and preprocessed afresh (misses)."""
+    handles renumbered) and preprocessed afresh (misses); and the remote tier's part, when the
+    build asked it anything."""
 
     hits: int = 0
     misses: int = 0
     rebased: int = 0
+    remote: RemoteReport | None = None
 
-    def to_json(self) -> dict[str, int]:
-        return {"hits": self.hits, "misses": self.misses, "rebased": self.rebased}
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "hits": self.hits,
+            "misses": self.misses,
+            "rebased": self.rebased,
+        }
+        if self.remote is not None:
+            document["remote"] = self.remote.status
+            document["remote_counts"] = self.remote.counts.to_json()
+            document["remote_problems"] = list(self.remote.problems)
+            document["remote_url"] = self.remote.url
+        return document
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any] | None) -> CacheSummary:
         raw = raw or {}
-        return cls(int(raw.get("hits", 0)), int(raw.get("misses", 0)), int(raw.get("rebased", 0)))
+        remote = None
+        if isinstance(raw.get("remote"), str):
+            counts = RemoteCounts.from_json(raw.get("remote_counts"))
+            problems = tuple(str(p) for p in raw.get("remote_problems") or ())
+            url = str(raw.get("remote_url") or "")
+            remote = RemoteReport(raw["remote"], counts, problems, url)
+        hits, misses, rebased = (int(raw.get(name, 0)) for name in ("hits", "misses", "rebased"))
+        return cls(hits, misses, rebased, remote)
 
 
 @dataclass(frozen=True)
