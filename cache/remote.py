@@ -254,7 +254,7 @@ class RemoteTier:
         with self._lock:
             self.counts.errors += 1
             if self._down is None:
-                self._down = _reason(error)
+                self._down = error_reason(error)
             self._uploads.queue.clear()
             self._uploads.queued_bytes = 0
             self._lock.notify_all()
@@ -264,7 +264,8 @@ def _name(key: str, kind: str) -> str:
     return f"{PREFIX}{kind}:{key}"
 
 
-def _reason(error: BaseException) -> str:
-    """The error in one short line: redis-py's words, which name the host but no password."""
-    text = " ".join(str(error).split()) or type(error).__name__
+def error_reason(error: BaseException) -> str:
+    """The error in one short line: its class (OutOfMemoryError, TimeoutError, ...) and redis-py's
+    words, which name the host but no password."""
+    text = " ".join(f"{type(error).__name__}: {error}".split())
     return text if len(text) <= 200 else text[:199] + "…"

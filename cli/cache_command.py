@@ -6,7 +6,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from lowerd.cache.location import format_size
+from lowerd.cache.remote import error_reason
+from lowerd.cache.remote_stats import remote_counts
 from lowerd.cache.store import BlobStore
+from lowerd.cache.tiered import TieredStore
 from lowerd.exit_codes import EXIT_OK, EXIT_TARGET_FAILED
 from lowerd.project.config import find_config, load_config
 from lowerd.project.errors import ConfigError
@@ -35,3 +39,25 @@ def report(store: BlobStore, lines: list[str]) -> int:
     for why in store.warnings():
         print(f"lowerd: warning: {why}", file=sys.stderr)
     return EXIT_OK
+
+
+def remote_lines(store: BlobStore) -> list[str]:
+    """The remote tier, asked now, and this machine's running totals of what builds asked it."""
+    if not isinstance(store, TieredStore):
+        return []
+    remote = store.remote
+    mode = "read-write" if remote.writable else "read-only"
+    try:
+        info = remote.server_info()
+    except Exception as error:  # noqa: BLE001  # redis-py's errors and the socket's
+        state = f"unavailable: {error_reason(error)}"
+    else:
+        cap = format_size(info["maxmemory"]) if info["maxmemory"] else "no maxmemory"
+        used = format_size(int(info["used_memory"] or 0))
+        state = f"ok, {mode}; {used} used of {cap}, {info['maxmemory_policy']}"
+    totals = remote_counts(store.root)
+    return [
+        f"remote:  {remote.display_url} ({state})",
+        f"remote totals: {totals.hits} hits, {totals.misses} misses, {totals.puts} puts,"
+        f" {totals.errors} errors (this machine's builds)",
+    ]

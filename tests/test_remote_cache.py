@@ -1,0 +1,268 @@
+"""Issue 14: the redis tier behind the local cache, against a real redis-server started per test.
+
+Two "machines" are two copies of a project, each with its own local cache, sharing one redis.
+Builds run in-process through the engine (as a worker runs them); the CLI case is a subprocess.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lowerd.cache.remote import PREFIX
+from lowerd.cache.remote_stats import remote_counts
+from lowerd.lowering.build import build_target
+from lowerd.project.config import ProjectConfig, load_config
+from lowerd.project.project_store import store_for
+from lowerd.project.result import TargetResult
+
+from helpers import PROJECTS, lowerd
+from redis_server import RedisServer, have_redis_server, redis_server
+from stock import forget_project_modules, importable_copy, stock_pte
+
+pytestmark = pytest.mark.skipif(not have_redis_server(), reason="needs redis-server")
+
+TARGETS = ("tiny_linear", "two_methods")  # 1 and 2 partitions
+PARTITIONS = 3
+
+
+@pytest.fixture
+def redis(tmp_path: Path) -> Iterator[RedisServer]:
+    with redis_server(tmp_path / "redis") as server:
+        yield server
+
+
+class Machine:
+    """A checkout of the project with its own local cache, as a laptop or a CI runner has."""
+
+    def __init__(self, root: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.root, self.cache, self.monkeypatch = root, cache, monkeypatch
+
+    def config(self) -> ProjectConfig:
+        return load_config(self.root / "pyproject.toml")
+
+    def build(self, name: str, **progress: object) -> TargetResult:
+        self.monkeypatch.setenv("LOWERD_CACHE_DIR", str(self.cache))
+        config = self.config()
+        forget_project_modules(config.root)
+        return build_target(config, config.targets[name], store_for(config), **progress)  # type: ignore[arg-type]
+
+    def build_all(self) -> dict[str, TargetResult]:
+        return {name: self.build(name) for name in TARGETS}
+
+
+@pytest.fixture
+def machines(
+    tmp_path: Path, redis: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Machine, Machine]]:
+    monkeypatch.delenv("LOWERD_CACHE_URL", raising=False)
+    monkeypatch.delenv("LOWERD_CACHE_REMOTE", raising=False)
+    with (
+        importable_copy(PROJECTS / "basic", tmp_path / "a") as a,
+        importable_copy(PROJECTS / "basic", tmp_path / "b") as b,
+    ):
+        for root in (a, b):
+            set_remote(root, f'cache_url = "{redis.url}"')
+        yield (
+            Machine(a, tmp_path / "cache-a", monkeypatch),
+            Machine(b, tmp_path / "cache-b", monkeypatch),
+        )
+
+
+def set_remote(root: Path, lines: str) -> None:
+    pyproject = root / "pyproject.toml"
+    text = pyproject.read_text()
+    head, _, rest = text.partition('out_dir = "build"\n')
+    pyproject.write_text(f'{head}out_dir = "build"\n{lines}\n{rest}')
+
+
+def lowerd_keys(redis: RedisServer, kind: str = "blob") -> list[bytes]:
+    return sorted(redis.client().scan_iter(match=f"{PREFIX}{kind}:*"))
+
+
+def sha(result: TargetResult) -> str:
+    assert result.status == "ok", result.error
+    assert result.sha256 is not None
+    return result.sha256
+
+
+# Read through, write through ------------------------------------------------------------
+
+
+def test_a_second_machine_is_served_every_partition_by_redis(
+    machines: tuple[Machine, Machine], redis: RedisServer
+) -> None:
+    first, second = machines
+    built = first.build_all()
+    assert sum(r.cache.misses for r in built.values()) == PARTITIONS
+    for result in built.values():
+        remote = result.cache.remote
+        assert remote is not None and remote.status == "ok"
+        assert remote.counts.puts >= result.cache.misses and remote.counts.errors == 0
+    assert len(lowerd_keys(redis)) == PARTITIONS
+
+    served = second.build_all()  # an empty local cache: every partition comes from redis
+    for name, result in served.items():
+        assert sha(result) == sha(built[name])
+        remote = result.cache.remote
+        assert result.cache.misses == 0 and result.cache.hits == remote.counts.hits  # type: ignore[union-attr]
+    assert sum(r.cache.hits for r in served.values()) == PARTITIONS
+    stock = stock_pte(PROJECTS / "basic", "models/tiny_linear.py:make", ["xnnpack"])
+    assert sha(served["tiny_linear"]) == hashlib.sha256(stock).hexdigest()
+    # What redis served is now local: this machine's next build needs no redis at all.
+    assert len(list((second.cache / "blobs").rglob("*"))) > PARTITIONS
+    # And this machine counts what its builds asked of redis, for `lowerd cache stats`.
+    assert remote_counts(second.cache).hits == PARTITIONS
+
+
+def test_a_tampered_value_is_rejected_rebuilt_and_repaired(
+    machines: tuple[Machine, Machine], redis: RedisServer
+) -> None:
+    first, second = machines
+    expected = sha(first.build("two_methods"))
+    client = redis.client()
+    [one, other] = lowerd_keys(redis)
+    # One value damaged in place, and the two swapped: each is a value under the wrong name.
+    damaged = bytearray(client.get(one))
+    damaged[-1] ^= 0xFF
+    client.set(one, bytes(damaged))
+    original_other = client.get(other)
+
+    result = second.build("two_methods")
+    assert sha(result) == expected  # rebuilt, identical
+    remote = result.cache.remote
+    assert remote is not None and remote.counts.errors == 1 and remote.counts.hits == 1
+    assert result.cache.misses == 1
+    assert any("failed verification" in p for p in remote.problems)
+    # The fresh blob was written back over the damaged one.
+    assert client.get(one) != bytes(damaged)
+
+    client.set(one, original_other)  # another key's whole, valid entry: swapped
+    shutil.rmtree(second.root / "build")  # a third machine: nothing built, nothing cached
+    third = Machine(second.root, second.cache.with_name("cache-c"), second.monkeypatch)
+    swapped = third.build("two_methods")
+    assert sha(swapped) == expected
+    assert swapped.cache.remote is not None and swapped.cache.remote.counts.errors == 1
+
+
+def test_read_only_reads_but_never_writes(
+    machines: tuple[Machine, Machine], redis: RedisServer
+) -> None:
+    first, second = machines
+    set_remote(first.root, 'cache_remote = "read-only"')
+    result = first.build("tiny_linear")
+    assert result.cache.remote is not None and result.cache.remote.status == "read-only"
+    assert result.cache.remote.counts.puts == 0
+    assert redis.client().dbsize() == 0
+
+    second.monkeypatch.setenv("LOWERD_CACHE_REMOTE", "read-write")  # CI writes
+    written = second.build("tiny_linear")
+    assert written.cache.remote is not None and written.cache.remote.counts.puts >= 1
+    second.monkeypatch.delenv("LOWERD_CACHE_REMOTE")
+    keys = redis.client().dbsize()
+
+    shutil.rmtree(first.root / "build")
+    laptop = Machine(first.root, first.cache.with_name("cache-laptop"), first.monkeypatch)
+    read = laptop.build("tiny_linear")  # a read-only laptop is served by what CI wrote
+    assert read.cache.hits == 1 and read.cache.remote is not None
+    assert read.cache.remote.counts.hits == 1 and read.cache.remote.counts.puts == 0
+    assert redis.client().dbsize() == keys
+
+
+# Fail open, loudly ----------------------------------------------------------------------
+
+
+def test_redis_killed_mid_build_the_build_goes_on_and_says_so(
+    machines: tuple[Machine, Machine], redis: RedisServer
+) -> None:
+    first, _ = machines
+
+    def progress(stage: str, target: str, detail: str | None) -> None:
+        if stage == "preprocess":  # the partitions are about to be read from the cache
+            redis.kill()
+
+    result = first.build("two_methods", progress=progress)
+    assert result.status == "ok", result.error
+    remote = result.cache.remote
+    assert remote is not None and remote.status.startswith("unavailable: ")
+    assert remote.status.startswith("unavailable: ConnectionError: ")
+    assert result.cache.misses == 2
+    [line] = remote.warnings()[:1]
+    assert line.startswith(f"remote cache {redis.url} unavailable (")
+    assert line.endswith("; built with the local cache")
+
+
+def test_redis_out_of_memory_is_survived_and_reported(
+    machines: tuple[Machine, Machine], redis: RedisServer
+) -> None:
+    first, _ = machines
+    client = redis.client()
+    client.set("ballast", b"x" * (2 * 1024 * 1024))
+    client.config_set("maxmemory", "1mb")
+    client.config_set("maxmemory-policy", "noeviction")
+    result = first.build("tiny_linear")
+    assert result.status == "ok"
+    remote = result.cache.remote
+    assert remote is not None and remote.status.startswith("unavailable: OutOfMemoryError: ")
+    assert lowerd_keys(redis) == []
+
+
+def test_a_server_slower_than_the_timeout_is_given_up_within_it(
+    machines: tuple[Machine, Machine],
+) -> None:
+    """A listener that accepts and never answers: each command waits cache_remote_timeout once,
+    then the tier is off for the build."""
+    first, _ = machines
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        pyproject = first.root / "pyproject.toml"
+        text = pyproject.read_text()
+        start = text.index("cache_url")
+        end = text.index("\n", start)
+        pyproject.write_text(
+            text[:start]
+            + f'cache_url = "redis://127.0.0.1:{port}/0"\ncache_remote_timeout = 0.5'
+            + text[end:]
+        )
+        result = first.build("tiny_linear")
+    assert result.status == "ok"
+    remote = result.cache.remote
+    assert remote is not None and remote.status.startswith("unavailable: ")
+    assert remote.status.startswith("unavailable: TimeoutError: ")
+    assert remote.counts.errors == 1  # one try, then off: not a retry per partition
+
+
+def test_the_cli_says_when_redis_is_down_and_cache_stats_counts_remote(
+    machines: tuple[Machine, Machine], redis: RedisServer, tmp_path: Path
+) -> None:
+    first, _ = machines
+    cache = tmp_path / "cli-cache"
+    built = lowerd(first.root, cache, "build", "tiny_linear")
+    assert built.returncode == 0, built.stderr
+    assert "remote 0 hit / 1 put" in built.stdout
+    redis.kill()
+    # Neither the .pte nor the blob is left here: the build must ask redis, which is gone.
+    (first.root / "build" / "tiny_linear.pte").unlink()
+    shutil.rmtree(cache / "blobs")
+    down = lowerd(first.root, cache, "build", "--json", "tiny_linear")
+    assert down.returncode == 0, down.stderr
+    document = json.loads(down.stdout)
+    [target] = document["targets"]
+    assert target["cache"]["remote"].startswith("unavailable: ")
+    assert target["cache"]["remote_url"] == redis.url
+    assert f"lowerd: remote cache {redis.url} unavailable (" in down.stderr
+    assert any(w.startswith(f"remote cache {redis.url} unavailable") for w in document["warnings"])
+
+    stats = lowerd(first.root, cache, "cache", "stats")
+    assert stats.returncode == 0, stats.stderr
+    assert f"remote:  {redis.url} (unavailable: ConnectionError: " in stats.stdout
+    # The first build missed and put its blob; the second met the server gone.
+    assert "remote totals: 0 hits, 1 misses, 1 puts, 1 errors" in stats.stdout
