@@ -22,12 +22,13 @@ from lowerd.daemon.entry_site import Site
 from lowerd.daemon.settings import Severity
 from lowerd.project.module_paths import collapse_module_paths
 from lowerd.project.report_model import Frame, MethodReport, NotDelegatedOp, RefusalGroup
-from lowerd.project.result import ErrorInfo, TargetResult
+from lowerd.project.result import ErrorInfo, TargetResult, remote_warnings
 
 SOURCE = "lowerd"
 NOT_DELEGATED = "not-delegated"
 COVERAGE = "coverage"
 CONFIG_ERROR = "config-error"
+REMOTE_CACHE = "remote-cache"
 # Results the server drops instead of showing: the build they end was superseded by a newer one.
 CANCELLED = "cancelled"
 # Ends the messages of a report carried over from the last build while an edit lowers.
@@ -159,6 +160,32 @@ def config_error_diagnostics(
     path = Path(error.file) if error.file else config_path
     site = Site(path, error.line or 1)
     return {path: [error_diagnostic(site, replace(error, kind=CONFIG_ERROR), None, lines)]}
+
+
+def remote_cache_diagnostics(
+    results: Iterable[TargetResult],
+    config_path: Path,
+    line: int | None,
+    lines: LineReader = read_lines_from_disk,
+) -> FileDiagnostics:
+    """The remote cache's trouble in the shown builds, at cache_url's line of pyproject.toml
+    (line 1 when $LOWERD_CACHE_URL named it): Information, since each build still worked."""
+    messages = remote_warnings(results)
+    if not messages:
+        return {}
+    where = line_range(Site(config_path, line or 1), lines)
+    return {
+        config_path: [
+            types.Diagnostic(
+                range=where,
+                message=message,
+                severity=types.DiagnosticSeverity.Information,
+                source=SOURCE,
+                code=REMOTE_CACHE,
+            )
+            for message in messages
+        ]
+    }
 
 
 def merge(*parts: FileDiagnostics) -> FileDiagnostics:

@@ -33,6 +33,7 @@ from lowerd.daemon.diagnostics import (
     lens_title,
     line_range,
     merge,
+    remote_cache_diagnostics,
     result_diagnostics,
     site_of,
 )
@@ -113,6 +114,13 @@ class EditorView:
                         result, session.config.root, entry, severity, self.read_lines
                     )
                 )
+        remote = session.config.remote_cache
+        line = remote.line if remote is not None else None
+        parts.append(
+            remote_cache_diagnostics(
+                self.shown.values(), session.config.path, line, self.read_lines
+            )
+        )
         return merge(*parts)
 
     # Code lens and hover ---------------------------------------------------------------------

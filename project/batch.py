@@ -17,7 +17,7 @@ from typing import Any, Literal
 from lowerd.project.build_state import discard_failed_output, up_to_date_report
 from lowerd.project.config import ProjectConfig, TargetConfig, load_config, select_targets
 from lowerd.project.project_store import store_for
-from lowerd.project.result import TargetResult
+from lowerd.project.result import TargetResult, remote_warnings
 
 # How a build ended: every target built; a target failed (the others still build); a usage or
 # config error stopped it. cli/exit_codes.py maps each to the process's exit code.
@@ -62,7 +62,7 @@ class Batch:
         document = {
             "config": str(self.config.path),
             "targets": [result.to_json() for result in results],
-            "warnings": self._cache_warnings(results) + _remote_warnings(results),
+            "warnings": self._cache_warnings(results) + remote_warnings(results),
         }
         failed = any(not result.ok for result in results)
         return document, "target_failed" if failed else "ok"
@@ -81,13 +81,3 @@ class Batch:
             return [f"{line}; built without it" for line in store.warnings()]
         store.enforce_limit()
         return store.warnings()
-
-
-def _remote_warnings(results: list[TargetResult]) -> list[str]:
-    """The remote tier's trouble, once per build however many targets met it: a tier that is
-    down, a value that failed verification, uploads given up."""
-    lines: dict[str, None] = {}
-    for result in results:
-        if result.cache.remote is not None:
-            lines.update(dict.fromkeys(result.cache.remote.warnings()))
-    return list(lines)

@@ -22,7 +22,7 @@ pipe, the daemon's socket, the build record and the editor's payloads.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -305,3 +305,13 @@ class TargetResult:
             quantize=raw.get("quantize"),
             options=dict(raw.get("options") or {}),
         )
+
+
+def remote_warnings(results: Iterable[TargetResult]) -> list[str]:
+    """The remote tier's trouble, once however many targets met it: a tier that was down, a
+    value that failed verification, uploads given up. For the CLI's lines and the editor's."""
+    lines: dict[str, None] = {}
+    for result in results:
+        if result.cache.remote is not None:
+            lines.update(dict.fromkeys(result.cache.remote.warnings()))
+    return list(lines)

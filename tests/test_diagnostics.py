@@ -676,3 +676,33 @@ def test_a_backends_setting_overrides_every_target(root: Path) -> None:
     assert kept.backends == ("vulkan", "xnnpack")
     assert problems and "unknown backend 'tpu'" in problems[0] and "xnnpack" in problems[0]
     assert settings.updated({"backends": None})[0].backends is None
+
+
+def test_a_remote_cache_that_was_down_is_information_at_cache_url(tmp_path: Path) -> None:
+    """Fail open, loudly: every build worked, so not a warning; once, however many targets met
+    it; gone with the next build that found the tier well."""
+    from lowerd.cache.remote import RemoteCounts, RemoteReport
+    from lowerd.daemon.diagnostics import REMOTE_CACHE, remote_cache_diagnostics
+    from lowerd.project.result import CacheSummary
+
+    config = tmp_path / "pyproject.toml"
+    config.write_text('[tool.lowerd]\ncache_url = "redis://cache:6379/0"\n')
+    down = RemoteReport(
+        "unavailable: ConnectionError: Error 111 connecting to cache:6379. Connection refused.",
+        RemoteCounts(errors=1),
+        url="redis://cache:6379/0",
+    )
+    results = [
+        TargetResult(name, "ok", 1.0, cache=CacheSummary(misses=1, remote=down))
+        for name in ("a", "b")
+    ]
+    [diagnostic] = remote_cache_diagnostics(results, config, 2)[config]
+    assert diagnostic.severity == types.DiagnosticSeverity.Information
+    assert diagnostic.code == REMOTE_CACHE and diagnostic.range.start.line == 1
+    assert diagnostic.message == (
+        "remote cache redis://cache:6379/0 unavailable (ConnectionError: Error 111 connecting"
+        " to cache:6379. Connection refused.); built with the local cache"
+    )
+    well = RemoteReport("ok", RemoteCounts(hits=1), url="redis://cache:6379/0")
+    healed = [TargetResult("a", "ok", 1.0, cache=CacheSummary(hits=1, remote=well))]
+    assert remote_cache_diagnostics(healed, config, 2) == {}
