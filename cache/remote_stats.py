@@ -40,6 +40,3 @@ def add_remote_counts(root: Path, counts: RemoteCounts) -> None:
     finally:
         os.close(fd)
 
-
-def clear_remote_counts(root: Path) -> None:
-    (root / STATS_FILE).unlink(missing_ok=True)
