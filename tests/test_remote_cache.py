@@ -266,3 +266,26 @@ def test_the_cli_says_when_redis_is_down_and_cache_stats_counts_remote(
     assert f"remote:  {redis.url} (unavailable: ConnectionError: " in stats.stdout
     # The first build missed and put its blob; the second met the server gone.
     assert "remote totals: 0 hits, 1 misses, 1 puts, 1 errors" in stats.stdout
+
+
+def test_a_password_in_the_url_is_used_and_never_shown(
+    machines: tuple[Machine, Machine], tmp_path: Path
+) -> None:
+    first, second = machines
+    with redis_server(tmp_path / "locked", "--requirepass", "s3cret-pw") as locked:
+        url = f"redis://default:s3cret-pw@127.0.0.1:{locked.port}/0"
+        wrong = f"redis://default:not-it@127.0.0.1:{locked.port}/0"
+        shown = f"redis://default:***@127.0.0.1:{locked.port}/0"
+        first.monkeypatch.setenv("LOWERD_CACHE_URL", url)
+        result = first.build("tiny_linear")
+        assert result.cache.remote is not None and result.cache.remote.status == "ok"
+        assert result.cache.remote.counts.puts >= 1 and result.cache.remote.url == shown
+
+        second.monkeypatch.setenv("LOWERD_CACHE_URL", wrong)
+        refused = second.build("tiny_linear")
+        assert refused.status == "ok"
+        remote = refused.cache.remote
+        assert remote is not None and remote.status.startswith("unavailable: AuthenticationError")
+        document = json.dumps(refused.to_json())
+        assert "not-it" not in document and "s3cret-pw" not in document
+        assert shown in remote.warnings()[0]
