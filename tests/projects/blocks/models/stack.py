@@ -1,8 +1,10 @@
-"""Four blocks of Linear -> GELU -> cumsum (not delegated) -> Linear: two partitions per block."""
+"""BLOCKS (four) blocks of Linear -> GELU -> cumsum (not delegated) -> Linear: two partitions
+per block."""
 
 import torch
 from torch import nn
 
+BLOCKS = 4  # tests set this to stack fewer blocks
 EXTRA_OP_IN_BLOCK = -1  # tests set this to insert one more op into that block
 
 
@@ -23,7 +25,7 @@ class Block(nn.Module):
 
 def make():
     torch.manual_seed(0)
-    blocks = [Block(i == EXTRA_OP_IN_BLOCK) for i in range(4)]
+    blocks = [Block(i == EXTRA_OP_IN_BLOCK) for i in range(BLOCKS)]
     torch.manual_seed(0)  # the same weights whichever block has the extra op
     for block in blocks:
         block.fc1.reset_parameters()
