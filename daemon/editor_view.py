@@ -57,6 +57,9 @@ class EditorView:
         # last result.
         self.shown: dict[str, TargetResult] = {}
         self.published: dict[str, list[types.Diagnostic]] = {}
+        # Pull diagnostics: per file, the result id last answered and the diagnostics it names.
+        self.result_ids: dict[str, tuple[str, list[types.Diagnostic]]] = {}
+        self.result_count = 0
 
     # What is shown ---------------------------------------------------------------------------
 
@@ -83,7 +86,7 @@ class EditorView:
         """Every file's diagnostics that changed since the last call (or whose uri is forced),
         and an empty list for each file that had some and has none now, so that fixed problems
         disappear. Taken as published."""
-        by_uri = {from_fs_path(str(path)): found for path, found in self._diagnostics().items()}
+        by_uri = self._diagnostics_by_uri()
         changed = [
             types.PublishDiagnosticsParams(uri=uri, diagnostics=by_uri.get(uri, []))
             for uri in sorted(set(by_uri) | set(self.published) | set(force))
@@ -91,6 +94,58 @@ class EditorView:
         ]
         self.published = {uri: found for uri, found in by_uri.items() if found}
         return changed
+
+    # Pull diagnostics ------------------------------------------------------------------------
+
+    def document_diagnostics(
+        self, uri: str, previous_result_id: str | None
+    ) -> types.DocumentDiagnosticReport:
+        """textDocument/diagnostic: the file's diagnostics, or `unchanged` when the client's
+        result id is still the current one."""
+        items = self._diagnostics_by_uri().get(uri, [])
+        result_id = self._result_id(uri, items)
+        if previous_result_id == result_id:
+            return types.RelatedUnchangedDocumentDiagnosticReport(result_id=result_id)
+        return types.RelatedFullDocumentDiagnosticReport(items=items, result_id=result_id)
+
+    def workspace_diagnostics(
+        self, previous: Sequence[types.PreviousResultId]
+    ) -> types.WorkspaceDiagnosticReport:
+        """workspace/diagnostic: every file lowerd has diagnostics for, and an empty report for
+        each the client knows of that has none now; `unchanged` where its result id holds."""
+        by_uri = self._diagnostics_by_uri()
+        known = {entry.uri: entry.value for entry in previous}
+        reports: list[types.WorkspaceDocumentDiagnosticReport] = []
+        for uri in sorted(set(by_uri) | set(known)):
+            items = by_uri.get(uri, [])
+            result_id = self._result_id(uri, items)
+            if known.get(uri) == result_id:
+                reports.append(
+                    types.WorkspaceUnchangedDocumentDiagnosticReport(
+                        uri=uri, result_id=result_id, version=None
+                    )
+                )
+            else:
+                reports.append(
+                    types.WorkspaceFullDocumentDiagnosticReport(
+                        uri=uri, items=items, result_id=result_id, version=None
+                    )
+                )
+        return types.WorkspaceDiagnosticReport(items=reports)
+
+    def _result_id(self, uri: str, items: list[types.Diagnostic]) -> str:
+        """The id of the file's diagnostics: the same while they are the same, a new one (never
+        used before) once a build changes them."""
+        current = self.result_ids.get(uri)
+        if current is not None and current[1] == items:
+            return current[0]
+        self.result_count += 1
+        result_id = f"{self.result_count}"
+        self.result_ids[uri] = (result_id, items)
+        return result_id
+
+    def _diagnostics_by_uri(self) -> dict[str, list[types.Diagnostic]]:
+        return {from_fs_path(str(path)): found for path, found in self._diagnostics().items()}
 
     def _diagnostics(self) -> FileDiagnostics:
         """A config error alone while there is one, else each shown target's results."""

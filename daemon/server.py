@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 from lsprotocol import types
 from pygls.uris import from_fs_path, to_fs_path
 
-from lowerd.daemon.diagnostics import read_lines_from_disk
+from lowerd.daemon.diagnostics import SOURCE, read_lines_from_disk
 from lowerd.daemon.editor_view import (
     BUILD,
     BUILD_ALL,
@@ -120,8 +120,14 @@ class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protoco
     # Talking to the client -------------------------------------------------------------------
 
     def publish(self, force: Sequence[str] = ()) -> None:
-        for params in self.view.diagnostics_to_publish(force):
-            self.text_document_publish_diagnostics(params)
+        """Push what changed to a client that does not pull (Neovim 0.7); ask one that pulls
+        to pull again."""
+        changed = self.view.diagnostics_to_publish(force)
+        if not self._client_pulls_diagnostics():
+            for params in changed:
+                self.text_document_publish_diagnostics(params)
+        elif changed and self._client_refreshes_diagnostics():
+            self.workspace_diagnostic_refresh(None)
 
     def read_lines(self, path: Path) -> Sequence[str]:
         """The editor's text of an open file (what ranges apply to), else the file on disk."""
@@ -136,6 +142,14 @@ class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protoco
         lens = workspace.code_lens if workspace else None
         if lens is not None and lens.refresh_support:
             self.workspace_code_lens_refresh(None)
+
+    def _client_pulls_diagnostics(self) -> bool:
+        document = self.client_capabilities.text_document
+        return bool(document and document.diagnostic)
+
+    def _client_refreshes_diagnostics(self) -> bool:
+        workspace = self.client_capabilities.workspace
+        return bool(workspace and workspace.diagnostics and workspace.diagnostics.refresh_support)
 
     def _client_has_progress(self) -> bool:
         window = self.client_capabilities.window
@@ -187,6 +201,24 @@ def create_server(workers: int = 2) -> LowerdServer:
             ls.apply_settings(params.settings)
         else:
             spawn(ls.pull_settings())
+
+    @server.feature(
+        types.TEXT_DOCUMENT_DIAGNOSTIC,
+        types.DiagnosticOptions(
+            identifier=SOURCE, inter_file_dependencies=True, workspace_diagnostics=True
+        ),
+    )
+    def document_diagnostic(
+        ls: LowerdServer, params: types.DocumentDiagnosticParams
+    ) -> types.DocumentDiagnosticReport:
+        uri = params.text_document.uri
+        return ls.view.document_diagnostics(uri, params.previous_result_id)
+
+    @server.feature(types.WORKSPACE_DIAGNOSTIC)
+    def workspace_diagnostic(
+        ls: LowerdServer, params: types.WorkspaceDiagnosticParams
+    ) -> types.WorkspaceDiagnosticReport:
+        return ls.view.workspace_diagnostics(params.previous_result_ids)
 
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
     def code_lens(ls: LowerdServer, params: types.CodeLensParams) -> list[types.CodeLens]:

@@ -209,9 +209,13 @@ def make_client(events: list[tuple[Any, ...]]) -> LanguageClient:
     def on_lens_refresh(client: LanguageClient, params: None) -> None:
         events.append(("lens-refresh",))
 
+    def on_diagnostic_refresh(client: LanguageClient, params: None) -> None:
+        events.append(("diagnostic-refresh",))
+
     features = {
         **DEFAULT_CLIENT_FEATURES,
         types.WORKSPACE_CODE_LENS_REFRESH: on_lens_refresh,
+        types.WORKSPACE_DIAGNOSTIC_REFRESH: on_diagnostic_refresh,
         types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: on_publish,
         BUILD_STARTED: on_started,
         BUILD_FINISHED: on_finished,
@@ -640,7 +644,9 @@ async def test_tcp_transport_and_a_config_error_at_start(tmp_path: Path) -> None
         await _connect(client, port)
         await client.initialize_session(
             types.InitializeParams(
-                capabilities=client_capabilities("neovim"), root_uri=tmp_path.as_uri()
+                # 0.7 does not pull: it is pushed diagnostics
+                capabilities=client_capabilities("neovim@v0.7.0"),
+                root_uri=tmp_path.as_uri(),
             )
         )
         uri = (tmp_path / "pyproject.toml").as_uri()
@@ -655,6 +661,65 @@ async def test_tcp_transport_and_a_config_error_at_start(tmp_path: Path) -> None
         if server.returncode is None:
             server.kill()
             await server.wait()
+        await client.stop()
+
+
+async def test_a_client_that_pulls_gets_result_ids_and_refreshes_not_pushes(
+    tmp_path: Path,
+) -> None:
+    """Pull diagnostics (textDocument/diagnostic, workspace/diagnostic) for a client that
+    pulls: a result id per file and build, `unchanged` while it holds, a refresh request when a
+    change of the project moves them, and no publishDiagnostics."""
+    pyproject = tmp_path / "pyproject.toml"
+    write_text_atomic(pyproject, '[tool.lowerd]\nbackends = ["xnnpak"]\n')
+    uri = pyproject.as_uri()
+    events: list[tuple[Any, ...]] = []
+    client = make_client(events)
+    await client.start_io(sys.executable, "-m", "lowerd", "serve", cwd=str(tmp_path))
+    try:
+        capabilities = client_capabilities("neovim")  # 0.11: it pulls
+        assert capabilities.workspace is not None
+        capabilities.workspace.diagnostics = types.DiagnosticWorkspaceClientCapabilities(
+            refresh_support=True
+        )
+        await client.initialize_session(
+            types.InitializeParams(capabilities=capabilities, root_uri=tmp_path.as_uri())
+        )
+        await async_wait_until(lambda: ("diagnostic-refresh",) in events, what="a refresh")
+
+        def pull(previous: str | None = None) -> Any:
+            document = types.TextDocumentIdentifier(uri=uri)
+            return client.text_document_diagnostic_async(
+                types.DocumentDiagnosticParams(text_document=document, previous_result_id=previous)
+            )
+
+        first = await pull()
+        assert first.kind == "full" and first.result_id
+        [error] = first.items
+        assert (error.code, error.range.start.line) == ("config-error", 1)
+        assert "xnnpak" in error.message
+        same = await pull(first.result_id)
+        assert same.kind == "unchanged" and same.result_id == first.result_id
+        workspace = await client.workspace_diagnostic_async(
+            types.WorkspaceDiagnosticParams(
+                previous_result_ids=[types.PreviousResultId(uri=uri, value=first.result_id)]
+            )
+        )
+        [report] = workspace.items
+        assert (report.uri, report.kind, report.result_id) == (uri, "unchanged", first.result_id)
+
+        events.clear()
+        write_text_atomic(pyproject, '[tool.lowerd]\nbackends = ["vulkn"]\n')
+        await async_wait_until(lambda: ("diagnostic-refresh",) in events, what="a refresh")
+        moved = await pull(first.result_id)
+        assert moved.kind == "full" and moved.result_id != first.result_id
+        [error] = moved.items
+        assert "vulkn" in error.message and error.range.start.line == 1
+        # Pulled, never pushed: a client holding both would show every problem twice.
+        assert not [event for event in events if event[0] == "diagnostics"]
+        assert uri not in client.diagnostics
+        await client.shutdown_session()
+    finally:
         await client.stop()
 
 

@@ -85,9 +85,16 @@ export class LowerdServer implements vscode.Disposable {
           }
           return next(command, args) as vscode.ProviderResult<unknown>;
         },
+        // Pushed to clients that do not pull; VS Code pulls (textDocument/diagnostic), and the
+        // server asks it to pull again (workspace/diagnostic/refresh) when a build moves them.
         handleDiagnostics: (uri, diagnostics, next) => {
           next(uri, diagnostics);
           this.listeners.diagnostics(uri);
+        },
+        provideDiagnostics: async (document, previousResultId, token, next) => {
+          const report = await next(document, previousResultId, token);
+          this.listeners.diagnostics(document instanceof vscode.Uri ? document : document.uri);
+          return report;
         },
       },
     };
