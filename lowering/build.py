@@ -44,7 +44,13 @@ from lowerd.project.build_state import (
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.errors import EntryError, ExportError, LowerdError, LoweringError
 from lowerd.project.report_model import MethodReport
-from lowerd.project.result import CacheSummary, DataFile, SourceSite, TargetResult
+from lowerd.project.result import (
+    CacheSummary,
+    DataFile,
+    ProgramSizes,
+    SourceSite,
+    TargetResult,
+)
 from lowerd.project.source_map import UserFiles
 
 if TYPE_CHECKING:  # imported where used: the engine's modules load on a build's first need
@@ -190,6 +196,7 @@ class _TargetBuilder:
         self, previous: TargetState, program: ProgramFingerprint, started: float
     ) -> TargetResult:
         """The last build's .pte and report, its source lines moved to where the code is now."""
+        recorded = TargetResult.from_json(previous.report)
         return TargetResult(
             name=self.target.name,
             status="ok",
@@ -198,7 +205,8 @@ class _TargetBuilder:
             sha256=previous.output.sha256,
             methods=_previous_reports(previous, program),
             reused="same-program",
-            data_files=TargetResult.from_json(previous.report).data_files,
+            data_files=recorded.data_files,
+            sizes=recorded.sizes,  # the same .pte
         )
 
     def _report_provisionally(
@@ -217,6 +225,7 @@ class _TargetBuilder:
         edge, reports, preprocess = self._lower(exported)
         self._stage("emit")
         buffer, manager = self._emit(edge)
+        sizes = _sizes(manager, len(buffer), reports)
         self._stage("write")
         output = self.config.output_path(self.target.name)
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -236,6 +245,7 @@ class _TargetBuilder:
             cache=CacheSummary(preprocess.hits, preprocess.misses, preprocess.rebased),
             methods=reports,
             data_files=data_files,
+            sizes=sizes,
         )
 
     def _write_data_files(self, manager: Any) -> list[DataFile]:
@@ -586,6 +596,18 @@ def _display_of(partitioner: Any) -> str:
 def _display_of_id(backend_id: str) -> str:
     backend = backend_by_details_class(backend_id)
     return backend.display if backend else backend_id
+
+
+def _sizes(manager: Any, pte_bytes: int, reports: dict[str, MethodReport]) -> ProgramSizes:
+    """The program's sizes; each method's (planned memory, constants) put on its report."""
+    from lowerd.lowering.program_sizes import program_sizes
+
+    sizes, methods = program_sizes(manager, pte_bytes)
+    for name, report in reports.items():
+        if name in methods:
+            report.planned_memory_bytes = methods[name].planned_memory_bytes
+            report.constant_bytes = methods[name].constant_bytes
+    return sizes
 
 
 def _previous_reports(

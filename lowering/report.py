@@ -23,6 +23,7 @@ from lowerd.lowering.module_coverage import (
     module_stack,
     qualified_class,
 )
+from lowerd.lowering.op_graph import op_graph
 from lowerd.lowering.partition_graph import PartitionGraph
 from lowerd.lowering.preprocess_cache import PreprocessCache
 from lowerd.lowering.reasons import PartitionReasons
@@ -84,12 +85,22 @@ def method_report(
             display = _display(lowered.backend_id)
             outcome = record.outcome if record is not None else None
             _add_partition(report, display, nodes, outcome, user_files, modules)
+            report.partitions[-1].blob_bytes = len(lowered.processed_bytes)
+            report.partitions[-1].data_bytes = _named_data_bytes(lowered)
         elif not is_bookkeeping(node):
             report.not_delegated.append(_not_delegated(node, user_files, reasons, backend_names))
             modules.append(_module_op(node, delegated=False))
 
     graph = PartitionGraph(graph_module.graph, partial(_delegate_call, graph_module))
+    labels = [f"{p.backend} partition {i} ({p.ops} ops)" for i, p in enumerate(report.partitions)]
+    report.graph = op_graph(graph_module, labels)
     return _finished(report, graph, modules)
+
+
+def _named_data_bytes(lowered: LoweredBackendModule) -> int:
+    """The bytes of the named data the backend stored beside its blob (XNNPACK's weights)."""
+    named = lowered.named_data_store_output
+    return sum(len(buffer) for buffer in named.buffers) if named is not None else 0
 
 
 def partitioned_report(
@@ -137,6 +148,12 @@ def _delegate_call(
         return None
     lowered = _lowered_module(graph_module, node.args[0])
     return (node.args[0].name, _display(lowered.backend_id)) if lowered is not None else None
+
+
+def lowered_modules(graph_module: torch.fx.GraphModule) -> list[LoweredBackendModule]:
+    """The method's delegates in the order method_report lists its partitions."""
+    found = (_lowered_module(graph_module, node) for node in graph_module.graph.nodes)
+    return [lowered for lowered in found if lowered is not None]
 
 
 def _lowered_module(

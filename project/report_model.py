@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lowerd.project.method_graph import MethodGraph
+
 # When leaving the fewest partitions takes more fixes than this, the hint also says what the
 # first ones do.
 EARLY_FIXES = 5
@@ -188,6 +190,11 @@ class PartitionSummary:
     cache: str | None
     # [file, line, op] of each delegated op that has a user source line: what a hover shows
     sources: list[list[Any]] = field(default_factory=list)
+    # The backend's processed blob (LoweredBackendModule.processed_bytes), which the .pte holds
+    # as the delegate's data; None before preprocess and in records of an older lowerd.
+    blob_bytes: int | None = None
+    # The named data the backend stored beside the blob (XNNPACK's weights), by the same rule.
+    data_bytes: int | None = None
 
 
 @dataclass
@@ -216,6 +223,15 @@ class MethodReport:
     # edited program is lowered (seconds of edge generation on a real model): the partitioned
     # report replaces it.
     provisional: bool = False
+    # From the emitted program (lowering/program_sizes.py): the bytes of the method's planned
+    # memory (ExecutionPlan.non_const_buffer_sizes, summed: the activations arena a runtime
+    # allocates) and of the constant tensors its plan uses from the .pte's constant data (shared
+    # weights count in each method that uses them). None until emitted, and in older records.
+    planned_memory_bytes: int | None = None
+    constant_bytes: int | None = None
+    # Every op and the data flow between them, coloured by partition (project/method_graph.py):
+    # what `lowerd report --html` draws. None in the partitioned report and older records.
+    graph: MethodGraph | None = None
 
     def coverage_facts(self) -> Coverage:
         return coverage_of(
@@ -245,6 +261,7 @@ class MethodReport:
         return {
             **asdict(self),
             "modules": [module.to_json() for module in self.modules],
+            "graph": self.graph.to_json() if self.graph is not None else None,
             "coverage_percent": facts.percent,
             "summary": facts.summary,
             "fixes_hint": facts.fixes_hint,
@@ -260,6 +277,7 @@ class MethodReport:
                 "not_delegated": [_not_delegated(op) for op in raw.get("not_delegated", [])],
                 "refusals": [_refusal(group) for group in raw.get("refusals", [])],
                 "modules": [ModuleCoverage.from_json(m) for m in raw.get("modules", [])],
+                "graph": MethodGraph.from_json(raw.get("graph")),
             }
         )
 

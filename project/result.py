@@ -15,7 +15,8 @@ pipe, the daemon's socket, the build record and the editor's payloads.
      "options": {"edge_compile_config": {FIELD: value}, "executorch_backend_config": {...},
                  "transform_passes": "file.py:fn", "constant_methods": {NAME: value},
                  "partitioners": "file.py:fn",
-                 "whole_program": {"backend_id": ID, "compile_specs": {KEY: "value"}}}}
+                 "whole_program": {"backend_id": ID, "compile_specs": {KEY: "value"}}},
+     "sizes": {"pte_bytes", "constant_bytes", "delegate_blob_bytes", "delegate_data_bytes"}|null}
 
 `coverage` is computed from the methods (to_json writes it, from_json ignores it). No torch here.
 """
@@ -112,6 +113,41 @@ class DataFile:
 
 
 @dataclass(frozen=True)
+class ProgramSizes:
+    """What the .pte costs on a device, from the emitted program (lowering/program_sizes.py):
+    {"pte_bytes", "constant_bytes", "delegate_blob_bytes", "delegate_data_bytes"}.
+
+    `constant_bytes`: the constant tensors the program keeps itself (the weights of ops left on
+    the CPU; 0 when external_constants moved them to a .ptd); `delegate_blob_bytes`: the
+    backends' processed blobs, summed over partitions; `delegate_data_bytes`: the named data
+    the backends put beside their blobs (XNNPACK's weights), each key once."""
+
+    pte_bytes: int
+    constant_bytes: int = 0
+    delegate_blob_bytes: int = 0
+    delegate_data_bytes: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "pte_bytes": self.pte_bytes,
+            "constant_bytes": self.constant_bytes,
+            "delegate_blob_bytes": self.delegate_blob_bytes,
+            "delegate_data_bytes": self.delegate_data_bytes,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any] | None) -> ProgramSizes | None:
+        if not raw or raw.get("pte_bytes") is None:
+            return None
+        return cls(
+            int(raw["pte_bytes"]),
+            int(raw.get("constant_bytes") or 0),
+            int(raw.get("delegate_blob_bytes") or 0),
+            int(raw.get("delegate_data_bytes") or 0),
+        )
+
+
+@dataclass(frozen=True)
 class SourceSite:
     """Where a definition is: a file named like the report's (relative to the root when inside
     it), its line, and for a method's module the class name."""
@@ -187,6 +223,8 @@ class TargetResult:
     options: dict[str, Any] = field(default_factory=dict)
     # The declared quantization scheme ([tool.lowerd.targets.T.quantize] scheme), if any.
     quantize: str | None = None
+    # The .pte's size and what makes it up; None for a failed build and in older records.
+    sizes: ProgramSizes | None = None
 
     # Named constructors ----------------------------------------------------------------------
 
@@ -269,6 +307,7 @@ class TargetResult:
             "data_files": [data_file.to_json() for data_file in self.data_files],
             "quantize": self.quantize,
             "options": dict(self.options),
+            "sizes": self.sizes.to_json() if self.sizes is not None else None,
         }
 
     @classmethod
@@ -304,6 +343,7 @@ class TargetResult:
             data_files=[DataFile.from_json(f) for f in raw.get("data_files") or []],
             quantize=raw.get("quantize"),
             options=dict(raw.get("options") or {}),
+            sizes=ProgramSizes.from_json(raw.get("sizes")),
         )
 
 

@@ -31,6 +31,7 @@ from lowerd.daemon.protocol import (
 )
 from lowerd.daemon.rpc import RequestError, parse_request
 from lowerd.project.errors import ExportError
+from lowerd.project.method_graph import CPU, GraphNode, MethodGraph
 from lowerd.project.report_model import (
     Frame,
     MethodReport,
@@ -39,7 +40,13 @@ from lowerd.project.report_model import (
     PartitionSummary,
     RefusalGroup,
 )
-from lowerd.project.result import CacheSummary, ErrorInfo, SourceSite, TargetResult
+from lowerd.project.result import (
+    CacheSummary,
+    ErrorInfo,
+    ProgramSizes,
+    SourceSite,
+    TargetResult,
+)
 
 DOCUMENT_KEYS = {
     "name",
@@ -59,6 +66,7 @@ DOCUMENT_KEYS = {
     "backend_options",
     "quantize",
     "options",
+    "sizes",
 }
 
 
@@ -72,7 +80,9 @@ def method_report() -> MethodReport:
         ops_delegated=7,
         coverage=0.7,
         backends={"XNNPACK": {"ops": 5, "partitions": 1}, "Vulkan": {"ops": 2, "partitions": 1}},
-        partitions=[PartitionSummary("XNNPACK", 5, "hit", [["m.py", 3, "aten.linear.default"]])],
+        partitions=[
+            PartitionSummary("XNNPACK", 5, "hit", [["m.py", 3, "aten.linear.default"]], 720, 288)
+        ],
         not_delegated=[
             NotDelegatedOp("aten.mean.dim", "m.py", 4, "rank 3", "mean", library, "l.0", "Norm", 8)
         ],
@@ -81,6 +91,13 @@ def method_report() -> MethodReport:
         ],
         modules=[ModuleCoverage("", "Net", 10, 7)],
         partitions_if_fixed=[1],
+        planned_memory_bytes=192,
+        constant_bytes=512,
+        graph=MethodGraph(
+            [GraphNode("aten.linear.default", 0), GraphNode("aten.mean.dim", CPU, "mean")],
+            [(0, 1)],
+            total_nodes=2,
+        ),
     )
 
 
@@ -97,6 +114,7 @@ def built() -> TargetResult:
         modules={"forward": SourceSite("models/net.py", 5, "Net")},
         reused=None,
         memo={"qparams": {"hits": 2, "misses": 0}},
+        sizes=ProgramSizes(4256, 512, 1440, 576),
     )
 
 
@@ -118,6 +136,22 @@ def test_each_contract_reads_back_what_it_writes() -> None:
     error = ErrorInfo("export-error", "torch.export failed", "m.py", 3)
     assert ErrorInfo.from_json(error.to_json()) == error
     assert CacheSummary.from_json(CacheSummary(3, 2, 1).to_json()) == CacheSummary(3, 2, 1)
+
+
+def test_a_record_of_an_older_lowerd_reads_with_no_sizes_and_no_graph() -> None:
+    raw = through_json(built().to_json())
+    del raw["sizes"]
+    for method in raw["methods"].values():
+        for key in ("planned_memory_bytes", "constant_bytes", "graph"):
+            del method[key]
+        for partition in method["partitions"]:
+            del partition["blob_bytes"], partition["data_bytes"]
+    old = TargetResult.from_json(raw)
+    assert old.sizes is None
+    forward = old.methods["forward"]
+    assert (forward.planned_memory_bytes, forward.constant_bytes, forward.graph) == (None,) * 3
+    assert forward.partitions[0].blob_bytes is None and forward.partitions[0].data_bytes is None
+    assert old.to_json()["sizes"] is None
 
 
 def test_a_lowerd_errors_json_is_the_error_info() -> None:

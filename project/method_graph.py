@@ -1,0 +1,118 @@
+"""A lowered method's op graph as the report keeps it: what `lowerd report --html` draws.
+
+Every op of the method (the delegated ones inside their partitions, and those left on the CPU)
+in graph order, with the partition it runs in, and the data flow between ops. Inputs, weights
+and bookkeeping nodes (getitem, symbolic sizes) are not drawn: an edge passes through them.
+Stored in the build record (so the CLI draws it without torch) in a compact JSON form:
+
+    {"ops": [OP NAME, ...], "nodes": [[OP INDEX, PARTITION INDEX or -1, NODE NAME], ...],
+     "edges": [[FROM, TO], ...], "total_nodes": N, "collapsed": bool, "omitted": N}
+
+A node's partition index is its row in MethodReport.partitions; -1 is the portable CPU, whose
+nodes carry their node name (the key of NotDelegatedOp.node, for the source line). A graph of
+more than MAX_NODES ops is collapsed: each partition becomes one node (its op name the partition's
+label); if that still leaves too many, the nodes past MAX_NODES are dropped. `total_nodes` counts
+the ops before either, so a view can say what it does not show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# A drawing of more nodes is unreadable and its SVG megabytes: a real LLM has thousands of ops.
+MAX_NODES = 1500
+CPU = -1
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    op: str  # "aten.linear.default"; for a collapsed partition "XNNPACK partition 3 (120 ops)"
+    partition: int  # its row in MethodReport.partitions; CPU (-1) for the portable kernels
+    name: str | None = None  # the fx node's name, kept for CPU ops (NotDelegatedOp.node)
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.partition == CPU
+
+
+@dataclass
+class MethodGraph:
+    nodes: list[GraphNode] = field(default_factory=list)
+    edges: list[tuple[int, int]] = field(default_factory=list)  # (from, to): node indexes
+    total_nodes: int = 0  # ops in the method, before collapsing or capping
+    collapsed: bool = False  # each partition drawn as one node
+    omitted: int = 0  # ops dropped past MAX_NODES (after collapsing): drawn nowhere
+
+    def to_json(self) -> dict[str, Any]:
+        ops: dict[str, int] = {}
+        nodes = []
+        for node in self.nodes:
+            index = ops.setdefault(node.op, len(ops))
+            nodes.append(
+                [index, node.partition, node.name] if node.name else [index, node.partition]
+            )
+        return {
+            "ops": list(ops),
+            "nodes": nodes,
+            "edges": [[a, b] for a, b in self.edges],
+            "total_nodes": self.total_nodes,
+            "collapsed": self.collapsed,
+            "omitted": self.omitted,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any] | None) -> MethodGraph | None:
+        if not raw:
+            return None
+        ops = [str(op) for op in raw.get("ops") or []]
+        nodes = [
+            GraphNode(ops[entry[0]], int(entry[1]), str(entry[2]) if len(entry) > 2 else None)
+            for entry in raw.get("nodes") or []
+        ]
+        edges = [(int(a), int(b)) for a, b in raw.get("edges") or []]
+        return cls(
+            nodes,
+            edges,
+            int(raw.get("total_nodes") or len(nodes)),
+            bool(raw.get("collapsed")),
+            int(raw.get("omitted") or 0),
+        )
+
+
+def capped(graph: MethodGraph, partition_labels: Sequence[str]) -> MethodGraph:
+    """The graph as stored: whole up to MAX_NODES ops; else each partition one node (labelled
+    from `partition_labels`, one per partition); else its first MAX_NODES nodes."""
+    if len(graph.nodes) <= MAX_NODES:
+        return graph
+    new_index: dict[int, int] = {}
+    partition_node: dict[int, int] = {}
+    nodes: list[GraphNode] = []
+    for index, node in enumerate(graph.nodes):
+        if node.on_cpu:
+            new_index[index] = len(nodes)
+            nodes.append(node)
+        elif node.partition in partition_node:
+            new_index[index] = partition_node[node.partition]
+        else:
+            label = (
+                partition_labels[node.partition]
+                if node.partition < len(partition_labels)
+                else f"partition {node.partition}"
+            )
+            partition_node[node.partition] = new_index[index] = len(nodes)
+            nodes.append(GraphNode(label, node.partition))
+    kept = nodes[:MAX_NODES]
+    dropped = nodes[MAX_NODES:]
+    omitted = sum(1 for node in dropped if node.on_cpu) + sum(
+        1 for node in graph.nodes if not node.on_cpu and partition_node[node.partition] >= MAX_NODES
+    )
+    edges = sorted(
+        {
+            (new_index[a], new_index[b])
+            for a, b in graph.edges
+            if new_index[a] != new_index[b] and max(new_index[a], new_index[b]) < len(kept)
+        }
+    )
+    return MethodGraph(kept, edges, graph.total_nodes, True, omitted)
