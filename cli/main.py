@@ -97,6 +97,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     build.set_defaults(run=_run_build)
 
+    explain = commands.add_parser("explain", help="why the last build of targets did what it did")
+    explain.add_argument(
+        "targets", nargs="*", metavar="TARGET", help="targets to explain (default all)"
+    )
+    explain.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    explain.add_argument("--json", action="store_true", help="print it as one JSON document")
+    explain.set_defaults(run=_run_explain)
+
     daemon = commands.add_parser("daemon", help="start, stop or ask the project's build daemon")
     daemon.add_argument("--config", help="pyproject.toml of the project (default: found from cwd)")
     daemon.add_argument("action", choices=("start", "stop", "status", "restart"))
@@ -168,6 +176,24 @@ def _run_build(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache,
         jobs=args.jobs or 1,
     )
+
+
+def _run_explain(args: argparse.Namespace) -> int:
+    """Read from the build records: no torch, no daemon, no build."""
+    import json
+    from pathlib import Path
+
+    from lowerd.exit_codes import EXIT_OK
+    from lowerd.project.config import find_config, load_config
+    from lowerd.project.explain import explain_targets
+
+    config = load_config(Path(args.config) if args.config else find_config(Path.cwd()))
+    document = explain_targets(config, args.targets)
+    if args.json:
+        print(json.dumps(document, indent=2))
+    else:
+        print("\n".join(line for target in document["targets"] for line in target["lines"]))
+    return EXIT_OK
 
 
 def _run_daemon(args: argparse.Namespace) -> int:

@@ -28,6 +28,7 @@ from lowerd.lowering.entry import LoadedEntry, MethodSpec, definition_site, load
 from lowerd.lowering.export_output import export_output_held
 from lowerd.lowering.inputs import InputRecorder
 from lowerd.lowering.program_fingerprint import ProgramFingerprint, fingerprint, moved_lines
+from lowerd.lowering.rebuild_facts import kept_partitions, lowered_partitions
 from lowerd.project.backends import BACKENDS, backend_by_details_class
 from lowerd.project.build_state import (
     FileStamp,
@@ -35,14 +36,22 @@ from lowerd.project.build_state import (
     data_file_path,
     discard_output,
     forget_state,
+    inputs_digest,
     load_state,
     owned_data_files,
     save_state,
     stamp_files,
+    target_inputs,
     target_inputs_digest,
 )
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.errors import EntryError, ExportError, LowerdError, LoweringError
+from lowerd.project.rebuild_record import (
+    INPUTS_CHANGED,
+    PartitionFacts,
+    line_checksums,
+    record_rebuild,
+)
 from lowerd.project.report_model import MethodReport
 from lowerd.project.result import (
     CacheSummary,
@@ -80,7 +89,8 @@ def build_target(
     started = time.perf_counter()
     builder = _TargetBuilder(config, target, store, progress or (lambda *_: None), on_partitioned)
     try:
-        result = builder.run(started, load_state(config, target) if reuse else None)
+        earlier = load_state(config, target)
+        result = builder.run(started, earlier if reuse else None, earlier)
     except LowerdError as error:
         discard_output(config, target)
         if error.location.file:  # named like the report's source lines: relative to the root
@@ -122,8 +132,16 @@ class _TargetBuilder:
         self.partitions_expected = 0
         self.partitions_done = 0
         self.started_ns = time.time_ns()  # a source modified after this was maybe not read
+        # For the build record's account of this build (project/rebuild_record.py): why the
+        # program was lowered (None: the earlier .pte kept) and its partitions.
+        self.why_lowered: str | None = None
+        self.partitions: list[PartitionFacts] = []
 
-    def run(self, started: float, previous: TargetState | None) -> TargetResult:
+    def run(
+        self, started: float, previous: TargetState | None, earlier: TargetState | None
+    ) -> TargetResult:
+        """`previous`: the record whose .pte may be kept (None: lower afresh); `earlier`: the
+        record this build is explained against."""
         from lowerd.lowering.qparam_memo import QParamMemo
 
         recorder = InputRecorder(self.user_files, exclude=self.config.out_dir)
@@ -144,7 +162,11 @@ class _TargetBuilder:
             self.target.used_backend_options(),
             self.target.lowering_options(),
         )
-        if program and previous and self._same_program(previous, program):
+        if previous is None and earlier is not None:
+            self.why_lowered = "asked to lower afresh (reuse off)"
+        else:
+            self.why_lowered = self._why_lowered(previous, program)
+        if self.why_lowered is None and previous and program:
             result = self._reuse(previous, program, started)
         else:
             self._report_provisionally(previous, program)
@@ -156,7 +178,7 @@ class _TargetBuilder:
         result.quantize = self.target.quantize.scheme if self.target.quantize else None
         if qparams.hits or qparams.misses:
             result.memo["qparams"] = qparams.counts()
-        self._record_state(result, recorder, program)
+        self._record_state(result, recorder, program, earlier)
         return result
 
     def entry_site(self) -> SourceSite | None:
@@ -174,36 +196,57 @@ class _TargetBuilder:
                 )
         return sites
 
-    def _same_program(self, previous: TargetState, program: ProgramFingerprint) -> bool:
+    def _why_lowered(
+        self, previous: TargetState | None, program: ProgramFingerprint | None
+    ) -> str | None:
+        """None when the last build's .pte is kept (the same program); else why it is not, in
+        words, for `lowerd explain`."""
         # An ETRecord holds the programs' source lines, which an edit that keeps the program may
         # move: it is written afresh. Transform passes are the user's code, which the program's
         # digest does not cover: a build that runs them lowers afresh; so are custom partitioners
         # and a whole_program backend other than the known ones (code outside the digest too).
         whole_program = self.target.whole_program
-        return (
-            not self.target.etrecord
-            and not self.target.transform_passes
-            and not self.target.partitioners
-            and not (whole_program and not backend_by_details_class(whole_program["backend_id"]))
-            and previous.method_digests == program.digests
-            and previous.inputs_digest == target_inputs_digest(self.config, self.target)
-            and previous.output.path == str(self.config.output_path(self.target.name))
-            and previous.output.unchanged()
-            and all(data_file.unchanged() for data_file in previous.data_files)
-        )
+        if previous is None:
+            return "no earlier build to keep"
+        if self.target.etrecord:
+            return "etrecord = true: the ETRecord is written afresh"
+        if self.target.transform_passes:
+            return "transform_passes: code the program's digest cannot see"
+        if self.target.partitioners:
+            return "partitioners: code the program's digest cannot see"
+        if whole_program and not backend_by_details_class(whole_program["backend_id"]):
+            return f"whole_program's {whole_program['backend_id']}: code the digest cannot see"
+        if program is None:
+            return "the program holds a value with no stable digest"
+        if previous.inputs_digest != target_inputs_digest(self.config, self.target):
+            return INPUTS_CHANGED
+        if previous.method_digests != program.digests:
+            return "the exported program changed" + _methods_changed(previous, program)
+        if (
+            previous.output.path != str(self.config.output_path(self.target.name))
+            or not previous.output.unchanged()
+        ):
+            return "the .pte was missing or modified"
+        if not all(data_file.unchanged() for data_file in previous.data_files):
+            return "a data file beside the .pte was missing or modified"
+        return None
 
     def _reuse(
         self, previous: TargetState, program: ProgramFingerprint, started: float
     ) -> TargetResult:
         """The last build's .pte and report, its source lines moved to where the code is now."""
+        methods = _previous_reports(previous, program)
         recorded = TargetResult.from_json(previous.report)
+        self.partitions = kept_partitions(
+            methods, previous.rebuild.partitions if previous.rebuild else []
+        )
         return TargetResult(
             name=self.target.name,
             status="ok",
             seconds=time.perf_counter() - started,
             output=previous.output.path,
             sha256=previous.output.sha256,
-            methods=_previous_reports(previous, program),
+            methods=methods,
             reused="same-program",
             data_files=recorded.data_files,
             sizes=recorded.sizes,  # the same .pte
@@ -223,6 +266,7 @@ class _TargetBuilder:
 
     def _lower_and_write(self, exported: dict[str, Any], started: float) -> TargetResult:
         edge, reports, preprocess = self._lower(exported)
+        self.partitions = lowered_partitions(edge, reports, preprocess)
         self._stage("emit")
         buffer, manager = self._emit(edge)
         sizes = _sizes(manager, len(buffer), reports)
@@ -274,7 +318,11 @@ class _TargetBuilder:
         return data_files
 
     def _record_state(
-        self, result: TargetResult, recorder: InputRecorder, program: ProgramFingerprint | None
+        self,
+        result: TargetResult,
+        recorder: InputRecorder,
+        program: ProgramFingerprint | None,
+        earlier: TargetState | None,
     ) -> None:
         sources = stamp_files(recorder.files())
         if any(source.mtime_ns >= self.started_ns - _MTIME_GRANULARITY_NS for source in sources):
@@ -282,16 +330,22 @@ class _TargetBuilder:
             # stamped with the new one would answer "up to date" with the old program's report.
             forget_state(self.config, self.target)
             return
+        inputs = target_inputs(self.config, self.target)
         state = TargetState(
             target=self.target.name,
-            inputs_digest=target_inputs_digest(self.config, self.target),
+            inputs_digest=inputs_digest(inputs),
+            inputs=inputs,
             sources=sources,
+            source_lines=line_checksums(source.path for source in sources),
             # every result of run() has an output; its digest and the data files' are known
             output=FileStamp.of(Path(result.output or ""), result.sha256),
             data_files=[FileStamp.of(Path(f.path), f.sha256) for f in result.data_files],
             method_digests=program.digests if program else {},
             method_lines=program.lines if program else {},
             report=result.to_json(),
+        )
+        state.rebuild = record_rebuild(
+            self.config.root, earlier, state, self.why_lowered, self.partitions
         )
         save_state(self.config, self.target, state)
 
@@ -596,6 +650,13 @@ def _display_of(partitioner: Any) -> str:
 def _display_of_id(backend_id: str) -> str:
     backend = backend_by_details_class(backend_id)
     return backend.display if backend else backend_id
+
+
+def _methods_changed(previous: TargetState, program: ProgramFingerprint) -> str:
+    """ " (forward)": the methods whose exported programs differ from the last build's."""
+    methods = previous.method_digests.keys() | program.digests.keys()
+    changed = [m for m in methods if previous.method_digests.get(m) != program.digests.get(m)]
+    return f" ({', '.join(sorted(changed))})"
 
 
 def _sizes(manager: Any, pte_bytes: int, reports: dict[str, MethodReport]) -> ProgramSizes:

@@ -21,6 +21,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
+from lowerd.project.key_summary import DIGEST_CHARS, KeySummary
+
 # A value as the key holds it: nested tuples of plain values, packed with msgpack.
 Encoded = tuple[Any, ...]
 
@@ -67,6 +69,22 @@ class PartitionKeyDetails:
             if getattr(self, f.name) != getattr(other, f.name)
         ]
 
+    def summary(self) -> KeySummary:
+        """What a build record keeps of this key: the small fields as they are, the large ones
+        as digests, the weights one digest per tensor (so a later miss can name them)."""
+        kept: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "tensors":
+                kept[f.name] = {
+                    name: _short_digest(encoded) for program in value for name, encoded in program
+                }
+            elif isinstance(value, int | str):
+                kept[f.name] = value
+            else:
+                kept[f.name] = _short_digest(value)
+        return KeySummary(**kept)
+
 
 @dataclass(frozen=True)
 class PartitionKey:
@@ -109,6 +127,10 @@ def key_details(
 @cache
 def _executorch_version() -> str:
     return version("executorch")
+
+
+def _short_digest(value: Any) -> str:
+    return hashlib.sha256(_pack(value)).hexdigest()[:DIGEST_CHARS]
 
 
 def _pack(value: Any) -> bytes:

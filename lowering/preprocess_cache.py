@@ -22,6 +22,7 @@ from lowerd.cache.store import BlobStore
 from lowerd.lowering.partition_key import Unkeyable, key_details
 from lowerd.lowering.preprocess_codec import NotPlainData, decode_results, encode_results
 from lowerd.lowering.rebase import REBASABLE_BACKENDS, CannotRebase, rebase
+from lowerd.project.key_summary import KeySummary
 
 # hit: served as stored; rebased: served with its debug handles renumbered; miss: preprocessed
 # and stored; uncached: preprocessed, and not storable (or the cache is off).
@@ -42,6 +43,8 @@ class PreprocessRecord:
     seconds: float
     blob_digests: list[str]
     note: str | None = None
+    # What the build record keeps of the key, so the next build can say why it missed.
+    key_summary: KeySummary | None = None
 
 
 @dataclass
@@ -162,6 +165,7 @@ class PreprocessCache:
         except Unkeyable as why:
             return self._record_run(backend, None, run, started, note=str(why))
         digest = key.digest()
+        summary = key.details.summary()
 
         cached, note = self._load(store, digest)
         if cached is not None:
@@ -172,7 +176,7 @@ class PreprocessCache:
                 note = f"cached blob not rebased: {why}"
             else:
                 outcome: Outcome = "hit" if built_with == key.handles else "rebased"
-                self._record(backend, digest, outcome, started, results)
+                self._record(backend, digest, outcome, started, results, summary=summary)
                 return results
 
         results = run()
@@ -180,14 +184,16 @@ class PreprocessCache:
         try:
             payload = encode_results(results, key.handles)
         except NotPlainData as why:
-            self._record(backend, digest, "uncached", started, results, note=str(why))
+            self._record(
+                backend, digest, "uncached", started, results, note=str(why), summary=summary
+            )
             return results
         problems = len(store.problems)
         if not store.put(digest, payload):
             lost = _store_note(store, problems, store.corrupt_removed) or "not stored"
-            self._record(backend, digest, "uncached", started, results, note=lost)
+            self._record(backend, digest, "uncached", started, results, note=lost, summary=summary)
             return results
-        self._record(backend, digest, "miss", started, results, note=note)
+        self._record(backend, digest, "miss", started, results, note=note, summary=summary)
         return results
 
     def _load(
@@ -223,6 +229,7 @@ class PreprocessCache:
         started: float,
         results: list[PreprocessResult],
         note: str | None = None,
+        summary: KeySummary | None = None,
     ) -> None:
         record = PreprocessRecord(
             backend=backend,
@@ -231,6 +238,7 @@ class PreprocessCache:
             seconds=time.perf_counter() - started,
             blob_digests=[_blob_digest(r.processed_bytes) for r in results],
             note=note,
+            key_summary=summary,
         )
         self.records.append(record)
         if self.on_preprocess:

@@ -22,6 +22,7 @@ import msgpack
 
 from lowerd.cache.atomic import write_atomic
 from lowerd.project.config import ProjectConfig, TargetConfig
+from lowerd.project.rebuild_record import RebuildRecord
 from lowerd.project.result import TargetResult
 
 STATE_VERSION = 1
@@ -62,6 +63,12 @@ class TargetState:
     inputs_digest: str  # the target's config and the tool versions: see target_inputs_digest
     sources: list[FileStamp]
     output: FileStamp
+    # The parts of inputs_digest (target_inputs), so that the next build can say which changed.
+    inputs: dict[str, str] = field(default_factory=dict)
+    # path -> a CRC-32 per line of each text source, so the next build can say which lines changed.
+    source_lines: dict[str, list[int]] = field(default_factory=dict)
+    # Why this build did what it did, for `lowerd explain`; None in an older lowerd's records.
+    rebuild: RebuildRecord | None = None
     # method name -> digest of its exported program; lets a re-export skip lowering (issue 3 §2)
     method_digests: dict[str, str] = field(default_factory=dict)
     # method name -> user source line of each exported node, in graph order, to re-map the
@@ -89,6 +96,10 @@ def load_state(config: ProjectConfig, target: TargetConfig) -> TargetState | Non
             inputs_digest=state["inputs_digest"],
             sources=[FileStamp(**s) for s in state["sources"]],
             output=FileStamp(**state["output"]),
+            # Absent from an older lowerd's records, which load as before without them.
+            inputs=state.get("inputs", {}),
+            source_lines=state.get("source_lines", {}),
+            rebuild=RebuildRecord.from_json(state.get("rebuild")),
             method_digests=state["method_digests"],
             method_lines=state["method_lines"],
             report=state["report"],
@@ -182,22 +193,34 @@ def up_to_date_report(config: ProjectConfig, target: TargetConfig) -> TargetResu
 
 def target_inputs_digest(config: ProjectConfig, target: TargetConfig) -> str:
     """Everything besides the source files that decides a target's bytes."""
-    parts = [
-        str(STATE_VERSION),
-        target.entry,
-        ",".join(target.backends),
+    return inputs_digest(target_inputs(config, target))
+
+
+def inputs_digest(inputs: dict[str, str]) -> str:
+    return hashlib.sha256("\0".join(inputs.values()).encode()).hexdigest()
+
+
+def target_inputs(config: ProjectConfig, target: TargetConfig) -> dict[str, str]:
+    """target_inputs_digest's parts by name, in the order digested (the values as they always
+    were: a record made before they had names keeps its digest)."""
+    return {
+        "state_version": str(STATE_VERSION),
+        "entry": target.entry,
+        "backends": ",".join(target.backends),
         # The used backends' partitioner options: changing one rebuilds, another backend's not.
-        "backend_options=" + json.dumps(target.used_backend_options(), sort_keys=True),
-        f"etrecord={target.etrecord}",
+        "backend_options": "backend_options="
+        + json.dumps(target.used_backend_options(), sort_keys=True),
+        "etrecord": f"etrecord={target.etrecord}",
         # EdgeCompileConfig and ExecutorchBackendConfig fields (external_constants among them),
         # the transform_passes reference (its file is a source) and the constant methods.
-        "lowering_options=" + json.dumps(target.lowering_options(), sort_keys=True),
+        "lowering_options": "lowering_options="
+        + json.dumps(target.lowering_options(), sort_keys=True),
         # The declared quantization: its scheme and calibration function (whose file is a source).
-        "quantize=" + json.dumps(target.quantize.to_json() if target.quantize else None),
-        str(config.root),
-        *tool_versions(),
-    ]
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+        "quantize": "quantize="
+        + json.dumps(target.quantize.to_json() if target.quantize else None),
+        "root": str(config.root),
+        **{pinned.partition("==")[0]: pinned for pinned in tool_versions()},
+    }
 
 
 @cache
