@@ -294,12 +294,12 @@ def line_range(site: Site, lines: LineReader) -> types.Range:
     if start == len(text):  # blank or past the end: mark the whole line
         return types.Range(types.Position(index, 0), types.Position(index + 1, 0))
     return types.Range(
-        types.Position(index, _utf16_length(text[:start])),
-        types.Position(index, _utf16_length(text.rstrip())),
+        types.Position(index, utf16_length(text[:start])),
+        types.Position(index, utf16_length(text.rstrip())),
     )
 
 
-def _utf16_length(text: str) -> int:
+def utf16_length(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
@@ -415,6 +415,53 @@ def _short_class(name: str) -> str:
 # Coverage text -------------------------------------------------------------------------------
 
 
+# Inlay hints -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LineHint:
+    """Where a line's ops ran, for the end of the line: `→ XNNPACK #2`, `→ CPU`, or both."""
+
+    line: int  # 1-based
+    label: str
+    tooltip: str  # markdown: each op of the line, where it went and why
+
+
+def line_hints(results: Mapping[str, TargetResult], root: Path, path: Path) -> list[LineHint]:
+    """The hints of one file, from every shown result: per line, each partition (numbered as
+    the report numbers them) and the CPU, in the order the ops come; the tooltip says which op
+    went where (and, when several targets or methods made ops here, whose), and why an op
+    stayed on the CPU."""
+    found: list[tuple[str, str, int, str, str]] = []  # target, method, line, place, note
+    for target, result in results.items():
+        for method, report in result.methods.items():
+            count = len(report.partitions)
+            for index, partition in enumerate(report.partitions, start=1):
+                place = f"{partition.backend} #{index}"
+                for file, line, op in partition.sources:
+                    if root / file == path:
+                        note = f"`{op}` → {partition.backend} partition {index} of {count}"
+                        found.append((target, method, line, place, note))
+            for refused in report.not_delegated:
+                if refused.file is not None and refused.line and root / refused.file == path:
+                    note = f"`{refused.op}` → CPU: {_short(refused.reason)}"
+                    found.append((target, method, refused.line, "CPU", note))
+    several = len({(target, method) for target, method, *_ in found}) > 1
+    places: dict[int, dict[str, None]] = {}
+    notes: dict[int, list[str]] = {}
+    for target, method, line, place, note in found:
+        places.setdefault(line, {})[place] = None
+        notes.setdefault(line, []).append(f"{target}, {method}: {note}" if several else note)
+    return [
+        LineHint(line, "→ " + ", ".join(places[line]), "\n".join(_counted(notes[line])))
+        for line in sorted(places)
+    ]
+
+
+def _counted(notes: list[str]) -> list[str]:
+    return [f"- {_times(note, count)}" for note, count in Counter(notes).items()]
+
+
 def coverage_summary(method: str, report: MethodReport) -> str:
     """ "forward: 231 of 271 ops on XNNPACK in 42 partitions (85 %)": the report's summary."""
     return f"{method}: {report.summary}"
@@ -472,7 +519,7 @@ def _delegated_at(report: MethodReport, root: Path, site: Site) -> list[str]:
         for file, line, op in partition.sources:
             if line == site.line and root / file == site.path:
                 items.append(f"`{op}`: {where}, {cache}")
-    return [f"- {_times(text, n)}" for text, n in Counter(items).items()]
+    return _counted(items)
 
 
 def _refused_at(report: MethodReport, root: Path, site: Site, fallback: Site | None) -> list[str]:

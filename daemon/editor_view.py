@@ -31,11 +31,13 @@ from lowerd.daemon.diagnostics import (
     config_error_diagnostics,
     hover_markdown,
     lens_title,
+    line_hints,
     line_range,
     merge,
     remote_cache_diagnostics,
     result_diagnostics,
     site_of,
+    utf16_length,
 )
 from lowerd.daemon.entry_site import Site, entry_site
 from lowerd.daemon.session import ProjectSession, same_file
@@ -215,6 +217,25 @@ class EditorView:
             contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text),
             range=line_range(site, self.read_lines),
         )
+
+    def inlay_hints(self, uri: str, shown_range: types.Range) -> list[types.InlayHint]:
+        """At the end of each line of the range that made ops: where they ran."""
+        config = self.session.config
+        if config is None or not self.session.settings.inlay_hints:
+            return []
+        path = Path(to_fs_path(uri) or "")
+        lines = self.read_lines(path)
+        first, last = shown_range.start.line + 1, shown_range.end.line + 1
+        return [
+            types.InlayHint(
+                position=types.Position(hint.line - 1, utf16_length(lines[hint.line - 1].rstrip())),
+                label=hint.label,
+                tooltip=types.MarkupContent(kind=types.MarkupKind.Markdown, value=hint.tooltip),
+                padding_left=True,
+            )
+            for hint in line_hints(self.shown, config.root, path)
+            if first <= hint.line <= min(last, len(lines))
+        ]
 
     # Command answers -------------------------------------------------------------------------
 

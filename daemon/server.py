@@ -42,7 +42,6 @@ from lowerd.daemon.protocol import PartitionedEvent, ProgressEvent, WorkerEvent
 from lowerd.daemon.session import ProjectSession
 from lowerd.daemon.settings import SECTION
 from lowerd.daemon.tasks import spawn
-from lowerd.project.explain import EXPLAIN, explain_answer
 from lowerd.project.result import TargetResult
 from lowerd.project.version import LOWERD_VERSION
 
@@ -68,6 +67,8 @@ class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protoco
         severity = self.session.settings.not_delegated_severity
         if self.session.started and severity != before.not_delegated_severity:
             self.publish()  # a reload published already; then this one finds nothing new
+        if self.session.started and self.session.settings.inlay_hints != before.inlay_hints:
+            self.refresh_inlay_hints()
 
     async def pull_settings(self) -> None:
         workspace = self.client_capabilities.workspace
@@ -129,6 +130,7 @@ class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protoco
                 self.text_document_publish_diagnostics(params)
         elif changed and self._client_refreshes_diagnostics():
             self.workspace_diagnostic_refresh(None)
+        self.refresh_inlay_hints()  # they follow each result, as the diagnostics do
 
     def read_lines(self, path: Path) -> Sequence[str]:
         """The editor's text of an open file (what ranges apply to), else the file on disk."""
@@ -143,6 +145,12 @@ class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protoco
         lens = workspace.code_lens if workspace else None
         if lens is not None and lens.refresh_support:
             self.workspace_code_lens_refresh(None)
+
+    def refresh_inlay_hints(self) -> None:
+        workspace = self.client_capabilities.workspace
+        hints = workspace.inlay_hint if workspace else None
+        if hints is not None and hints.refresh_support:
+            self.workspace_inlay_hint_refresh(None)
 
     def _client_pulls_diagnostics(self) -> bool:
         document = self.client_capabilities.text_document
@@ -221,6 +229,10 @@ def create_server(workers: int = 2) -> LowerdServer:
     ) -> types.WorkspaceDiagnosticReport:
         return ls.view.workspace_diagnostics(params.previous_result_ids)
 
+    @server.feature(types.TEXT_DOCUMENT_INLAY_HINT, types.InlayHintOptions(resolve_provider=False))
+    def inlay_hint(ls: LowerdServer, params: types.InlayHintParams) -> list[types.InlayHint]:
+        return ls.view.inlay_hints(params.text_document.uri, params.range)
+
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
     def code_lens(ls: LowerdServer, params: types.CodeLensParams) -> list[types.CodeLens]:
         return ls.view.code_lenses(params.text_document.uri)
@@ -241,10 +253,6 @@ def create_server(workers: int = 2) -> LowerdServer:
     @server.command(REPORT)
     def report(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
         return ls.view.report_answer(_names(arguments))
-
-    @server.command(EXPLAIN)  # "Explain this rebuild": what `lowerd explain --json` prints
-    def explain(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        return explain_answer(ls.session.config, _names(arguments))
 
     return server
 

@@ -27,6 +27,7 @@ class Settings:
     workers: int | None = None  # None: the --workers flag
     config: str | None = None  # a pyproject.toml to use instead of the one found from the root
     backends: tuple[str, ...] | None = None  # lowers every target with these instead
+    inlay_hints: bool = True  # `→ XNNPACK #2` / `→ CPU` at the end of each line that made ops
 
     def updated(self, raw: Any) -> tuple[Settings, list[str]]:
         """These settings with the values in `raw` applied, and a complaint per bad value.
@@ -91,6 +92,12 @@ def _backends(value: Any) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(value))
 
 
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
 def _path(value: Any) -> str | None:
     if value is not None and not isinstance(value, str):
         raise ValueError(f"expected a path, got {value!r}")
@@ -104,4 +111,5 @@ _FIELDS = {
     "workers": ("workers", _positive_int),
     "config": ("config", _path),
     "backends": ("backends", _backends),
+    "inlayHints": ("inlay_hints", _flag),
 }

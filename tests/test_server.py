@@ -39,7 +39,12 @@ PROJECT = PROJECTS / "editor"
 TARGETS = ["net", "norms", "refused"]
 BUILD_STARTED, BUILD_FINISHED = "lowerd/buildStarted", "lowerd/buildFinished"
 # The editor's settings at start; a test that changes one, changes it back.
-SETTINGS = {"notDelegatedSeverity": "warning", "workerTimeout": None, "workerMemoryLimit": None}
+SETTINGS = {
+    "notDelegatedSeverity": "warning",
+    "workerTimeout": None,
+    "workerMemoryLimit": None,
+    "inlayHints": True,
+}
 
 
 # The editor: a client that records what the server sends, in order --------------------------
@@ -415,6 +420,51 @@ async def test_not_delegated_severity_follows_the_setting(editor: Editor) -> Non
     assert not editor.started("refused", since) and not editor.finished("refused", since)
 
 
+async def test_inlay_hints_say_where_each_lines_ops_ran_and_follow_moved_lines(
+    editor: Editor,
+) -> None:
+    async def hints() -> dict[int, types.InlayHint]:
+        everything = types.Range(types.Position(0, 0), types.Position(10_000, 0))
+        found = await editor.client.text_document_inlay_hint_async(
+            types.InlayHintParams(
+                text_document=types.TextDocumentIdentifier(editor.uri("models/refused.py")),
+                range=everything,
+            )
+        )
+        return {hint.position.line + 1: hint for hint in found or []}
+
+    def expected() -> dict[int, str]:
+        line = {mark: editor.line(f"refused.{mark}")[1] for mark in ("linear", "pow", "cumsum")}
+        return {
+            line["linear"]: "→ XNNPACK #1",
+            line["pow"]: "→ CPU",
+            line["cumsum"]: "→ CPU",
+            line["cumsum"] + 1: "→ XNNPACK #2",  # return self.fc2(x)
+        }
+
+    found = await hints()
+    assert {line: hint.label for line, hint in found.items()} == expected()
+    pow_line = editor.line("refused.pow")[1]
+    text = editor.path("models/refused.py").read_text().splitlines()[pow_line - 1]
+    assert found[pow_line].position.character == len(text.rstrip())
+    tooltip = found[pow_line].tooltip
+    assert isinstance(tooltip, types.MarkupContent)
+    assert tooltip.value.startswith("- `aten.pow.Tensor_Scalar` → CPU: ")
+
+    # An edit that moves the code: the hints move with it, as the diagnostics do.
+    original = editor.path("models/refused.py").read_text()
+    moved = original.replace("import torch\n", "import torch\n\n# two lines more above\n", 1)
+    since = len(editor.events)
+    editor.save("models/refused.py", moved)
+    await editor.built("refused", since)
+    found = await hints()
+    assert {line: hint.label for line, hint in found.items()} == expected()
+    assert min(found) == pow_line - 1 + 2  # the linear's line, two lines down
+
+    set_settings(editor, {"inlayHints": False})  # handled before the request that follows it
+    assert await hints() == {}
+
+
 async def test_commands_report_and_build(editor: Editor) -> None:
     report = await editor.client.workspace_execute_command_async(
         types.ExecuteCommandParams(command="lowerd.report")
@@ -427,6 +477,22 @@ async def test_commands_report_and_build(editor: Editor) -> None:
     )
     [net] = built["targets"]
     assert net["status"] == "ok" and Path(net["output"]).is_file()
+
+
+async def test_command_explain_answers_what_lowerd_explain_prints(editor: Editor) -> None:
+    """The editor's *Explain this rebuild* shows the document `lowerd explain --json` prints."""
+    from lowerd.project.config import load_config
+    from lowerd.project.explain import explain_targets
+
+    answer = await editor.client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="lowerd.explain", arguments=["refused"])
+    )
+    expected = explain_targets(load_config(editor.path("pyproject.toml")), ["refused"])
+    assert answer == expected and answer["targets"][0]["lines"][0].startswith("refused: ")
+    unknown = await editor.client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="lowerd.explain", arguments=["nope"])
+    )
+    assert unknown["targets"] == [] and "nope" in unknown["error"]
 
 
 async def test_the_server_process_never_loads_torch(editor: Editor) -> None:

@@ -14,6 +14,8 @@ export interface ServerSettings {
   /** MB; null: no limit. */
   workerMemoryLimit: number | null;
   workers: number | null;
+  /** `→ XNNPACK #2` / `→ CPU` at the end of each line that made ops. */
+  inlayHints: boolean;
 }
 
 /** Reads one `lowerd.<key>` setting (vscode.WorkspaceConfiguration.get in the extension). */
@@ -38,6 +40,7 @@ export function readServerSettings(read: SettingReader): ServerSettings {
     workerTimeout: positiveNumber(read("workerTimeout")),
     workerMemoryLimit: positiveNumber(read("workerMemoryLimit")),
     workers: positiveNumber(read("workers")),
+    inlayHints: read("inlayHints") !== false,
   };
 }
 
@@ -51,6 +54,7 @@ export function initializationOptions(settings: ServerSettings): Record<string, 
     workerTimeout: settings.workerTimeout,
     workerMemoryLimit: settings.workerMemoryLimit,
     workers: settings.workers,
+    inlayHints: settings.inlayHints,
   };
   if (settings.backends.length > 0) {
     options.backends = settings.backends;

@@ -14,6 +14,7 @@ describe("settings", () => {
       workerTimeout: null,
       workerMemoryLimit: null,
       workers: null,
+      inlayHints: true,
     });
   });
 
@@ -26,6 +27,7 @@ describe("settings", () => {
       workerTimeout: 120,
       workerMemoryLimit: 4096,
       workers: 2,
+      inlayHints: true,
       backends: ["vulkan", "xnnpack"],
     });
   });
@@ -38,6 +40,12 @@ describe("settings", () => {
       workerTimeout: null,
       workerMemoryLimit: null,
       workers: null,
+      inlayHints: true,
     });
+  });
+
+  it("turns inlay hints off only when told so", () => {
+    expect(readServerSettings(reader({ inlayHints: false })).inlayHints).toBe(false);
+    expect(initializationOptions(readServerSettings(reader({ inlayHints: false }))).inlayHints).toBe(false);
   });
 });

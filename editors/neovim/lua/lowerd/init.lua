@@ -17,6 +17,7 @@ local defaults = {
   -- Sent as initializationOptions and workspace/didChangeConfiguration (section "lowerd").
   settings = {
     notDelegatedSeverity = "warning", -- "warning" | "information" | "hint"
+    inlayHints = true, -- `→ XNNPACK #2` / `→ CPU` at line ends (shown on Neovim 0.10+)
     -- workerTimeout = 600,        -- seconds per target build
     -- workerMemoryLimit = 4096,   -- MB per build worker
     -- workers = 2,                -- targets built at once
@@ -166,6 +167,10 @@ local function on_attach(client, bufnr)
       end,
     })
     pcall(vim.lsp.codelens.refresh)
+  end
+  -- Inlay hints exist from Neovim 0.10 (vim.lsp.inlay_hint.enable); 0.7 shows the diagnostics.
+  if M.config.settings.inlayHints ~= false and vim.lsp.inlay_hint and vim.lsp.inlay_hint.enable then
+    pcall(vim.lsp.inlay_hint.enable, true, { bufnr = bufnr })
   end
   if M.config.on_attach then
     M.config.on_attach(client, bufnr)
