@@ -22,9 +22,17 @@ from lowerd.build_output import ProgressLine, print_outcome, progress_printer
 from lowerd.cache.store import BlobStore
 from lowerd.daemon.frames import FrameError, take_frame
 from lowerd.daemon.kill import kill_worker
-from lowerd.daemon.protocol import ProgressEvent, ProtocolError, ResultEvent, WorkerJob, parse_event
+from lowerd.daemon.protocol import (
+    PeakRssEvent,
+    ProgressEvent,
+    ProtocolError,
+    ResultEvent,
+    WorkerJob,
+    parse_event,
+)
 from lowerd.exit_codes import exit_code
 from lowerd.project.batch import Batch
+from lowerd.project.build_state import remember_peak_rss
 from lowerd.project.config import ProjectConfig, TargetConfig, find_config
 from lowerd.project.project_store import store_for
 from lowerd.project.result import TargetResult
@@ -44,7 +52,7 @@ def run_build(
     batch = Batch.load(path, target_names, use_cache)
     batch.answer_up_to_date()
     if batch.stale:
-        _import_build_modules(store_for(batch.config) if use_cache else None)
+        import_build_modules(store_for(batch.config) if use_cache else None)
         progress = progress_printer()
         try:
             built = build_in_workers(batch.config, batch.stale, use_cache, jobs, progress)
@@ -57,7 +65,7 @@ def run_build(
     return exit_code(outcome)
 
 
-def _import_build_modules(store: BlobStore | None) -> None:
+def import_build_modules(store: BlobStore | None) -> None:
     """Imported once here, inherited by every worker. No torch op runs here: a fork after GNU
     OpenMP's thread pool started hangs at the worker's first parallel op."""
     import torch  # noqa: F401
@@ -129,6 +137,7 @@ class _Worker:
     garbled: bool = False  # it wrote something that is not a frame: nothing after it counts
     timeout: float | None = None  # seconds, [tool.lowerd] timeout, as the daemon's workers have
     deadline: float | None = None  # time.monotonic() past which it is stopped
+    peak_rss: int | None = None  # bytes, as it reported them before its result
 
     @classmethod
     def fork(
@@ -136,7 +145,10 @@ class _Worker:
     ) -> _Worker:
         from lowerd.daemon.forkserver import fork_worker
 
-        job = WorkerJob(str(config.path), target.name, use_cache=use_cache)
+        # out_dir as this config has it: a Ray task builds into a folder of its own.
+        job = WorkerJob(
+            str(config.path), target.name, use_cache=use_cache, out_dir=str(config.out_dir)
+        )
         read_end, write_end = os.pipe()
         try:
             pid = fork_worker(job, write_end)
@@ -183,6 +195,8 @@ class _Worker:
                 return
             if isinstance(event, ResultEvent):
                 self.result = event.result
+            elif isinstance(event, PeakRssEvent):
+                self.peak_rss = event.bytes
             elif isinstance(event, ProgressEvent) and progress:
                 progress(event.stage, self.target.name, event.detail)
 
@@ -190,6 +204,8 @@ class _Worker:
         os.close(self.events)
         _, status = os.waitpid(self.pid, 0)
         if self.result is not None and not self.garbled:
+            if self.result.ok and self.peak_rss:  # what its next build will need (a Ray task's)
+                remember_peak_rss(config, self.target, self.peak_rss)
             return self.result
         return _crashed(config, self.target, status)
 

@@ -20,7 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "verbose", False):  # before the handler reads it; the workers inherit it
         os.environ["LOWERD_LOG_LEVEL"] = "DEBUG"
-    _quiet_library_logs()
+    quiet_library_logs()
     try:
         exit_code: int = args.run(args)
         return exit_code
@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _quiet_library_logs() -> None:
+def quiet_library_logs() -> None:
     """Backends chat on the root logger (Vulkan even sets it to INFO); lowerd reports failures
     itself, so library records below $LOWERD_LOG_LEVEL (default ERROR) are not shown.
 
@@ -95,6 +95,18 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--no-daemon", action="store_true", help="build in this process, even if a daemon runs"
     )
+    build.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        help="where stale targets build: forked local workers, or Ray tasks (default: the "
+        "config's `executor`, else local)",
+    )
+    build.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="the Ray cluster to build on (default: the config's `ray_address`, else what "
+        "ray.init() finds, else a local instance)",
+    )
     build.set_defaults(run=_run_build)
 
     explain = commands.add_parser("explain", help="why the last build of targets did what it did")
@@ -151,6 +163,23 @@ def _run_build(args: argparse.Namespace) -> int:
     from lowerd.report_table import ReportView
 
     view = ReportView(all_ops=args.all_ops, modules=args.modules)
+    asked_by = _ray_asked_by(args)
+    if asked_by is not None:
+        if args.daemon:  # a Ray build needs no local workers, warm or not
+            print(f"lowerd: --daemon and {asked_by}: a Ray build uses no daemon", file=sys.stderr)
+            return EXIT_USAGE
+        from lowerd.ray_executor import run_ray_build
+
+        return run_ray_build(
+            config_path=args.config,
+            target_names=args.targets,
+            as_json=args.json,
+            view=view,
+            use_cache=not args.no_cache,
+            jobs=args.jobs,
+            address=args.ray_address,
+            asked_by=asked_by,
+        )
     if not args.no_daemon:
         from lowerd.daemon_client import build_via_daemon  # torch-free: the daemon has it
 
@@ -176,6 +205,16 @@ def _run_build(args: argparse.Namespace) -> int:
         use_cache=not args.no_cache,
         jobs=args.jobs or 1,
     )
+
+
+def _ray_asked_by(args: argparse.Namespace) -> str | None:
+    """What chose the Ray executor (`--executor ray`, or the config's `executor = "ray"`
+    without an --executor); None: a local build. The config is read only without the flag."""
+    if args.executor is not None:
+        return "--executor ray" if args.executor == "ray" else None
+    from lowerd.daemon_client import load_project
+
+    return 'executor = "ray"' if load_project(args.config).executor == "ray" else None
 
 
 def _run_explain(args: argparse.Namespace) -> int:

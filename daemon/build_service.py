@@ -25,6 +25,7 @@ from lowerd.daemon.protocol import (
 )
 from lowerd.daemon.workers import BuildHandle, BuildRequest, WorkerPool
 from lowerd.project.batch import Batch, Outcome
+from lowerd.project.build_state import remember_peak_rss
 from lowerd.project.config import TargetConfig
 from lowerd.project.result import TargetResult
 
@@ -148,12 +149,16 @@ class BuildService:
             handle = self.pool.submit(request, lambda event: self._on_event(key, event, send))
             self.running[handle.build_id] = RunningBuild(handle, time.monotonic())
             try:
-                return await handle.result()
+                result = await handle.result()
             except asyncio.CancelledError:
                 handle.cancel()
                 raise
             finally:
                 del self.running[handle.build_id]
+            peak = self.peak_rss.get(key)
+            if result.ok and peak:  # kept in its record too: a Ray task asks for it (issue 14)
+                await asyncio.to_thread(remember_peak_rss, batch.config, target, peak)
+            return result
 
     def _on_event(self, key: TargetKey, event: WorkerEvent, send: SendFrame) -> None:
         if isinstance(event, PeakRssEvent):

@@ -29,6 +29,7 @@ import socket
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -380,6 +381,8 @@ def _build(job: WorkerJob, events: BinaryIO) -> None:
 
     try:
         config = load_config(Path(job.config)).with_backends(job.backends)
+        if job.out_dir:
+            config = replace(config, out_dir=Path(job.out_dir))
         target = config.targets[job.target]
         store = store_for(config) if job.use_cache else None
     except (LowerdError, KeyError) as error:

@@ -268,6 +268,9 @@ class WorkerJob:
     use_cache: bool = True
     backends: tuple[str, ...] | None = None  # the editor's override of the config's backends
     warm_libraries: bool = False  # report the libraries it imported (for the fork server)
+    # Where its outputs and build record go instead of the config's out_dir: a Ray task's own
+    # folder, never the project's (cli/ray_task.py).
+    out_dir: str | None = None
 
     def to_frame(self) -> Frame:
         return {
@@ -279,6 +282,7 @@ class WorkerJob:
             "use_cache": self.use_cache,
             "backends": list(self.backends) if self.backends else None,
             "warm_libraries": self.warm_libraries,
+            "out_dir": self.out_dir,
         }
 
     @classmethod
@@ -292,6 +296,7 @@ class WorkerJob:
             use_cache=bool(frame.get("use_cache", True)),
             backends=tuple(backends) if backends else None,
             warm_libraries=bool(frame.get("warm_libraries", False)),
+            out_dir=str(frame["out_dir"]) if frame.get("out_dir") else None,
         )
 
 

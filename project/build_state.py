@@ -78,6 +78,9 @@ class TargetState:
     report: dict[str, Any] = field(default_factory=dict)
     # The .ptd and .etrecord files written beside the output (TargetResult.data_files).
     data_files: list[FileStamp] = field(default_factory=list)
+    # Bytes of RSS the build's worker peaked at: what its next build will need (a Ray task's
+    # `memory`). None in records of older lowerds, and until the worker reported it.
+    peak_rss: int | None = None
 
 
 def state_path(config: ProjectConfig, target: TargetConfig) -> Path:
@@ -104,6 +107,7 @@ def load_state(config: ProjectConfig, target: TargetConfig) -> TargetState | Non
             method_lines=state["method_lines"],
             report=state["report"],
             data_files=[FileStamp(**s) for s in state.get("data_files", [])],
+            peak_rss=state.get("peak_rss"),
         )
     except (OSError, ValueError, KeyError, TypeError, msgpack.UnpackException):
         return None
@@ -114,6 +118,15 @@ def save_state(config: ProjectConfig, target: TargetConfig, state: TargetState) 
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = msgpack.packb({"version": STATE_VERSION, "state": asdict(state)}, use_bin_type=True)
     write_atomic(path, payload)
+
+
+def remember_peak_rss(config: ProjectConfig, target: TargetConfig, peak_rss: int) -> None:
+    """Add the peak RSS its worker reported (after the worker saved it) to the target's record;
+    nothing when the build left none (it failed, or a source moved while it ran)."""
+    state = load_state(config, target)
+    if state is not None:
+        state.peak_rss = peak_rss
+        save_state(config, target, state)
 
 
 def forget_state(config: ProjectConfig, target: TargetConfig) -> None:

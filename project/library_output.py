@@ -43,18 +43,19 @@ class LibraryHandler(logging.Handler):
 _HANDLER = LibraryHandler()
 
 
-def route_library_logs() -> None:
+def route_library_logs(libraries: tuple[str, ...] = LIBRARIES) -> None:
     """Swap the libraries' console handlers for lowerd's. Call after `import torch` (which
-    installs torch's handlers) and before anything that may log: torchao's import does."""
-    for name in LIBRARIES:
+    installs torch's handlers) and before anything that may log: torchao's import does. The
+    Ray client passes ("ray",): Ray's loggers are routed only where lowerd drives Ray."""
+    for name in libraries:
         logging.getLogger(name)  # exists from now on, so that the loop below reaches it
     for name, logger in list(logging.Logger.manager.loggerDict.items()):
-        if not isinstance(logger, logging.Logger) or not _is_library_logger(name):
+        if not isinstance(logger, logging.Logger) or not _is_library_logger(name, libraries):
             continue
         consoles = [h for h in logger.handlers if _is_console(h)]
         for handler in consoles:
             logger.removeHandler(handler)
-        if (consoles or name in LIBRARIES) and _HANDLER not in logger.handlers:
+        if (consoles or name in libraries) and _HANDLER not in logger.handlers:
             logger.addHandler(_HANDLER)
             logger.propagate = False  # else the root's handlers would see a record twice
 
@@ -111,8 +112,8 @@ def _library_roots() -> tuple[str, ...]:
     return tuple({os.path.realpath(paths[key]) for key in keys if key in paths})
 
 
-def _is_library_logger(name: str) -> bool:
-    return any(name == top or name.startswith(f"{top}.") for top in LIBRARIES)
+def _is_library_logger(name: str, libraries: tuple[str, ...]) -> bool:
+    return any(name == top or name.startswith(f"{top}.") for top in libraries)
 
 
 def _is_console(handler: Any) -> bool:

@@ -1,0 +1,151 @@
+"""A Ray task's payload (cli/ray_task.py) made this machine's: the target's result, its .pte and
+data files written as a local build writes them, its build record.
+
+The task built in a copy of the project at another path, into a folder of its own, so every path
+it reports is mapped back to this project's root and out_dir. The result then equals a local
+build's (but for `seconds`), and the record lets the next local `lowerd build` answer up to date:
+each source it lists is stamped here, with this file's size and mtime, when its content is what
+the task read; a source that differs (edited after the project was sent) or was saved after this
+build started leaves no record, as a local build that saw a save mid-build leaves none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from lowerd.cache.atomic import write_atomic
+from lowerd.project.build_state import (
+    FileStamp,
+    TargetState,
+    file_digest,
+    forget_state,
+    owned_data_files,
+    save_state,
+    target_inputs_digest,
+)
+from lowerd.project.config import ProjectConfig, TargetConfig
+from lowerd.project.result import TargetResult
+
+# As lowering/build.py's: file systems stamp mtimes with a coarse clock, a few ms behind
+# time.time_ns(), so a file saved just after the build started can carry an mtime before it.
+MTIME_GRANULARITY_NS = 50_000_000
+
+
+class PathMap:
+    """The task's root and out_dir, as it reported them, replaced by this project's."""
+
+    def __init__(self, payload: dict[str, Any], config: ProjectConfig):
+        pairs = {
+            str(payload["out_dir"]): str(config.out_dir),
+            str(payload["root"]): str(config.root),
+        }
+        # The longer first: should one folder hold the other, its paths map as the inner one.
+        self.pairs = sorted(pairs.items(), key=lambda pair: -len(pair[0]))
+
+    def text(self, text: str) -> str:
+        for theirs, ours in self.pairs:
+            if text == theirs:
+                return ours
+            text = text.replace(theirs + os.sep, ours + os.sep)
+        return text
+
+    def value(self, value: Any) -> Any:
+        """Every string inside a JSON-like value mapped (file fields, and paths in messages)."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {key: self.value(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self.value(item) for item in value]
+        return value
+
+
+def take_payload(
+    config: ProjectConfig, target: TargetConfig, payload: dict[str, Any], started_ns: int
+) -> TargetResult:
+    """The target's result; on success its outputs written here and its record saved."""
+    paths = PathMap(payload, config)
+    result = TargetResult.from_json(paths.value(payload["result"]))
+    if not result.ok:
+        return result  # Batch.outcome() removes its old outputs, as a local build's
+    files: dict[str, bytes] = payload["files"]
+    problem = _check_files(config, result, files)
+    if problem is not None:
+        return TargetResult.failed(target.name, "executor-error", problem)
+    _write_outputs(config, target, result, files)
+    record = payload.get("record")
+    state = _local_state(config, target, paths.value(record), started_ns) if record else None
+    if state is None:
+        forget_state(config, target)
+    else:
+        save_state(config, target, state)
+    return result
+
+
+def _check_files(
+    config: ProjectConfig, result: TargetResult, files: dict[str, bytes]
+) -> str | None:
+    """Why the files received are not the ones the result names, if they are not."""
+    expected = {result.output or "": result.sha256, **{f.path: f.sha256 for f in result.data_files}}
+    for path, sha256 in expected.items():
+        data = files.get(Path(path).name)
+        if Path(path).parent != config.out_dir or data is None:
+            return f"the Ray task sent no {path}"
+        if hashlib.sha256(data).hexdigest() != sha256:
+            return f"the Ray task sent {path} with other bytes than its sha256 says"
+    return None
+
+
+def _write_outputs(
+    config: ProjectConfig, target: TargetConfig, result: TargetResult, files: dict[str, bytes]
+) -> None:
+    """As lowering/build.py writes them: data files first (a reader that sees the new .pte finds
+    its data beside it), then the .pte, each atomically; then the data files of an earlier build
+    that this one no longer makes are removed."""
+    output = Path(result.output or "")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    stale = owned_data_files(config, target)
+    for data_file in result.data_files:
+        write_atomic(Path(data_file.path), files[Path(data_file.path).name], mode=0o644)
+    write_atomic(output, files[output.name], mode=0o644)
+    for path in stale - {Path(data_file.path) for data_file in result.data_files}:
+        path.unlink(missing_ok=True)
+
+
+def _local_state(
+    config: ProjectConfig, target: TargetConfig, record: dict[str, Any], started_ns: int
+) -> TargetState | None:
+    """The task's record with this machine's stamps; None when a source is not as the task read
+    it, or was saved after this build started (the next build must run)."""
+    sources = []
+    for source in record["sources"]:
+        stamp = _stamp_if_same(Path(source["path"]), source["sha256"])
+        if stamp is None or stamp.mtime_ns >= started_ns - MTIME_GRANULARITY_NS:
+            return None
+        sources.append(stamp)
+    result = TargetResult.from_json(record["report"])
+    return TargetState(
+        target=target.name,
+        # The task refused to build with other tool versions or another config: this machine's
+        # digest is the one its build stands for.
+        inputs_digest=target_inputs_digest(config, target),
+        sources=sources,
+        output=FileStamp.of(Path(result.output or ""), result.sha256),
+        method_digests=record["method_digests"],
+        method_lines=record["method_lines"],
+        report=record["report"],
+        data_files=[FileStamp.of(Path(f.path), f.sha256) for f in result.data_files],
+        peak_rss=record.get("peak_rss"),
+    )
+
+
+def _stamp_if_same(path: Path, sha256: str) -> FileStamp | None:
+    try:
+        if file_digest(path) != sha256:
+            return None
+        return FileStamp.of(path, sha256)
+    except OSError:
+        return None

@@ -1,0 +1,332 @@
+"""`lowerd build --executor ray` against a real Ray cluster started here (private temp folder and
+port, killed by its process group at the end; never `ray stop`, which ends every Ray of the user).
+
+Every fresh Ray worker imports torch and ExecuTorch (seconds), and a Ray job's workers are its
+own, so the expensive runs are few and module-scoped: one local `lowerd build --json` of five
+targets, then one Ray build of the same five (build/ removed in between), then a local build
+that must find them up to date without importing torch. The five: basic's three, one whose entry
+raises (its file:line must be the local one), and one whose entry kills its Ray worker the first
+time (the task is retried and builds). Missing Ray and --daemon are checked without a cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lowerd.daemon.runtime import process_alive
+
+from helpers import (
+    DEADLINE,
+    PROJECTS,
+    RUN_DEADLINE,
+    Run,
+    copy_project,
+    line_marks,
+    lowerd,
+    lowerd_env,
+    lowerd_without_torch,
+    shas,
+    wait_until,
+    without_timing,
+)
+
+pytestmark = pytest.mark.e2e
+
+RAY = Path(sys.executable).with_name("ray")
+TARGETS = ["tiny_linear", "refused", "two_methods", "raises", "retried"]
+MISSING = "lowerd: --executor ray needs Ray: pip install 'lowerd[ray]'\n"
+
+RAISES = """\
+def make():
+    print("raises: about to fail")
+    raise ValueError("no model today")  # LINE-MARK: raises.raise
+"""
+
+# Kills the Ray worker that runs its build (the fork's parent) once: the marker, outside the
+# project, says it did. Built locally (no `ray` imported in the worker) it builds at once.
+RETRIED = """\
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+MARKER = Path({marker!r})
+
+
+def make():
+    if "ray" in sys.modules and not MARKER.exists():
+        MARKER.touch()
+        os.kill(os.getppid(), signal.SIGKILL)
+        os._exit(1)
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(4, 4)).eval(), (torch.randn(1, 4),)
+"""
+
+
+# Kills every Ray worker that runs its build: after the retry, a worker-crash at the entry.
+ALWAYS_KILLED = """\
+import os
+import signal
+import sys
+
+
+def make():  # LINE-MARK: always_killed.make
+    if "ray" in sys.modules:
+        os.kill(os.getppid(), signal.SIGKILL)
+    os._exit(1)
+"""
+
+# Says which process builds it, then waits to be cancelled.
+WAITS = """\
+import os
+import threading
+from pathlib import Path
+
+
+def make():
+    Path({pid_file!r}).write_text(str(os.getpid()))
+    threading.Event().wait()
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    """A one-node Ray cluster (2 CPUs, no dashboard) in its own session; its address."""
+    # A short folder: Ray's Unix sockets live under it, and their paths are capped at 107 bytes.
+    temp = Path(tempfile.mkdtemp(prefix="lowerd-ray-", dir="/tmp"))
+    port = _free_port()
+    head = subprocess.Popen(
+        [
+            str(RAY),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--node-ip-address=127.0.0.1",
+            f"--temp-dir={temp}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # Ray's processes share its group: killed together below
+        env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"),
+    )
+    try:
+        assert head.stdout is not None
+        seen = []
+        for line in head.stdout:  # until it says it runs (or ends: the loop stops)
+            seen.append(line)
+            if "Ray runtime started" in line:
+                break
+        else:
+            pytest.fail("ray start ended:\n" + "".join(seen))
+        yield f"127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the group ended on its own
+            os.killpg(head.pid, signal.SIGKILL)
+        head.wait()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = copy_project(PROJECTS / "basic", tmp_path_factory.mktemp("ray") / "project")
+    marker = tmp_path_factory.mktemp("marker") / "killed-once"
+    (root / "models" / "raises.py").write_text(RAISES)
+    (root / "models" / "retried.py").write_text(RETRIED.format(marker=str(marker)))
+    (root / "models" / "always_killed.py").write_text(ALWAYS_KILLED)
+    (root / "models" / "waits.py").write_text(WAITS.format(pid_file=str(_pid_file(root))))
+    with (root / "pyproject.toml").open("a") as config:
+        config.write(
+            textwrap.dedent("""
+                [tool.lowerd.targets.raises]
+                entry = "models/raises.py:make"
+
+                [tool.lowerd.targets.retried]
+                entry = "models/retried.py:make"
+
+                [tool.lowerd.targets.always_killed]
+                entry = "models/always_killed.py:make"
+
+                [tool.lowerd.targets.waits]
+                entry = "models/waits.py:make"
+            """)
+        )
+    return root
+
+
+@pytest.fixture(scope="module")
+def local(project: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    cache = tmp_path_factory.mktemp("local-cache")
+    return lowerd(project, cache, "build", "--json", "--no-daemon", *TARGETS)
+
+
+@pytest.fixture(scope="module")
+def on_ray(
+    local: Run, project: Path, cluster: str, tmp_path_factory: pytest.TempPathFactory
+) -> Run:
+    """The same build on Ray, from nothing (a fresh cache, no build/), as the local one was."""
+    shutil.rmtree(project / "build")
+    cache = tmp_path_factory.mktemp("ray-cache")
+    ray = ("--executor", "ray", "--ray-address", cluster)
+    return lowerd(project, cache, "build", "--json", *ray, *TARGETS, "always_killed")
+
+
+def test_ray_build_equals_the_local_build(local: Run, on_ray: Run) -> None:
+    assert local.returncode == on_ray.returncode == 1, on_ray.log  # `raises` fails, both ways
+    ray_document = on_ray.json()
+    ray_document["targets"] = [t for t in ray_document["targets"] if t["name"] in TARGETS]
+    assert ray_document.pop("executor") == "ray"
+    assert "executor" not in local.json()
+    assert shas(ray_document) == shas(local.json())
+    assert all(shas(ray_document)[name] for name in TARGETS if name != "raises")
+    assert without_timing(ray_document) == without_timing(local.json())
+
+
+def test_written_files_are_the_documents(on_ray: Run, project: Path) -> None:
+    import hashlib
+
+    for target in on_ray.json()["targets"]:
+        if target["status"] == "ok":
+            data = Path(target["output"]).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == target["sha256"]
+            assert Path(target["output"]).parent == project / "build"
+
+
+def test_a_failing_entry_is_blamed_at_its_line_and_prints_go_to_stderr(
+    on_ray: Run, project: Path
+) -> None:
+    (raises,) = [t for t in on_ray.json()["targets"] if t["name"] == "raises"]
+    file, line = line_marks(project)["raises.raise"]
+    assert (raises["error"]["file"], raises["error"]["line"]) == (file, line), on_ray.log
+    assert "no model today" in raises["error"]["message"]
+    assert "raises: about to fail" in on_ray.stderr  # the user's print, as a local build shows
+
+
+def test_a_task_whose_worker_was_killed_is_retried(on_ray: Run) -> None:
+    (retried,) = [t for t in on_ray.json()["targets"] if t["name"] == "retried"]
+    assert retried["status"] == "ok", on_ray.log
+
+
+def test_a_task_killed_every_time_is_reported_at_the_entry(on_ray: Run, project: Path) -> None:
+    (killed,) = [t for t in on_ray.json()["targets"] if t["name"] == "always_killed"]
+    error = killed["error"]
+    assert killed["status"] == "error" and error["kind"] == "worker-crash", on_ray.log
+    assert (error["file"], error["line"]) == line_marks(project)["always_killed.make"]
+    assert "the Ray worker building it died (2 tries)" in error["message"]
+
+
+def test_only_lowerd_and_the_user_print_on_stderr(on_ray: Run) -> None:
+    lines = [line for line in on_ray.stderr.splitlines() if line.strip()]
+    assert lines == ["raises: about to fail"], on_ray.log
+
+
+def test_the_next_local_build_is_up_to_date_without_torch(
+    on_ray: Run, project: Path, tmp_path: Path
+) -> None:
+    built = [name for name in TARGETS if name != "raises"]
+    run = lowerd_without_torch(project, tmp_path, "build", "--json", "--no-daemon", *built)
+    assert run.returncode == 0, run.log
+    assert {t["reused"] for t in run.json()["targets"]} == {"up-to-date"}, run.log
+
+
+def test_ctrl_c_cancels_the_tasks_and_their_builds(
+    on_ray: Run, project: Path, cluster: str, tmp_path: Path
+) -> None:
+    pid_file = _pid_file(project)
+    ray = ("--executor", "ray", "--ray-address", cluster)
+    build = subprocess.Popen(
+        [sys.executable, "-m", "lowerd", "build", *ray, "waits"],
+        cwd=project,
+        env=lowerd_env(tmp_path / "cache"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), what="the build"))
+        build.send_signal(signal.SIGINT)
+        stdout, stderr = build.communicate(timeout=DEADLINE)
+    finally:
+        build.kill()
+    assert (build.returncode, stdout, stderr) == (130, "", "lowerd: interrupted\n")
+    wait_until(lambda: not process_alive(pid), what="the cancelled build's fork to end")
+
+
+# Without a cluster ---------------------------------------------------------------------------
+
+
+def _without_ray(tmp_path: Path) -> dict[str, str]:
+    """An environment where `import ray` fails, as where the extra is not installed."""
+    shadow = tmp_path / "no-ray"
+    shadow.mkdir()
+    (shadow / "ray.py").write_text("raise ImportError('No module named ray')\n")
+    env = lowerd_env(tmp_path / "cache")
+    env["PYTHONPATH"] = str(shadow)
+    return env
+
+
+def _run(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lowerd", *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_DEADLINE,
+        check=False,
+    )
+
+
+def test_missing_ray_is_one_clear_line(tmp_path: Path) -> None:
+    project = copy_project(PROJECTS / "basic", tmp_path / "project")
+    done = _run(project, _without_ray(tmp_path), "build", "--executor", "ray")
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", MISSING)
+
+
+def test_missing_ray_names_the_config_key(tmp_path: Path) -> None:
+    project = copy_project(PROJECTS / "basic", tmp_path / "project")
+    config = project / "pyproject.toml"
+    config.write_text(
+        config.read_text().replace("[tool.lowerd]\n", '[tool.lowerd]\nexecutor = "ray"\n', 1)
+    )
+    done = _run(project, _without_ray(tmp_path), "build")
+    expected = "lowerd: executor = \"ray\" needs Ray: pip install 'lowerd[ray]'\n"
+    assert (done.returncode, done.stderr) == (2, expected)
+
+
+def test_daemon_and_ray_are_refused(tmp_path: Path) -> None:
+    project = copy_project(PROJECTS / "basic", tmp_path / "project")
+    done = _run(project, lowerd_env(tmp_path / "cache"), "build", "--daemon", "--executor", "ray")
+    assert done.returncode == 2
+    assert done.stderr == "lowerd: --daemon and --executor ray: a Ray build uses no daemon\n"
+
+
+def _pid_file(project: Path) -> Path:
+    """Where `waits` writes its pid: outside the project, so not one of its inputs."""
+    return project.parent / "waits.pid"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
