@@ -109,6 +109,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     build.set_defaults(run=_run_build)
 
+    report = commands.add_parser("report", help="show the last build's report, without building")
+    report.add_argument("targets", nargs="*", metavar="TARGET", help="targets (default all)")
+    report.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    shown = report.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    shown.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write the report, with each method's graph, as one HTML file",
+    )
+    report.add_argument("--all", action="store_true", dest="all_ops", help="as lowerd build --all")
+    report.add_argument("--modules", action="store_true", help="as lowerd build --modules")
+    report.set_defaults(run=_run_report)
+
     explain = commands.add_parser("explain", help="why the last build of targets did what it did")
     explain.add_argument(
         "targets", nargs="*", metavar="TARGET", help="targets to explain (default all)"
@@ -233,6 +247,14 @@ def _run_explain(args: argparse.Namespace) -> int:
     else:
         print("\n".join(line for target in document["targets"] for line in target["lines"]))
     return EXIT_OK
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from lowerd.report_command import run_report
+    from lowerd.report_table import ReportView
+
+    view = ReportView(all_ops=args.all_ops, modules=args.modules)
+    return run_report(args.config, args.targets, args.html, args.json, view)
 
 
 def _run_daemon(args: argparse.Namespace) -> int:

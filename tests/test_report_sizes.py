@@ -74,7 +74,9 @@ def test_sizes_agree_with_the_pte_written(built: dict[str, TargetResult]) -> Non
         assert sizes.constant_bytes == constants, name
 
 
-def test_planned_memory_is_the_stock_lowerings(project: Path, built: dict[str, TargetResult]) -> None:
+def test_planned_memory_is_the_stock_lowerings(
+    project: Path, built: dict[str, TargetResult]
+) -> None:
     model, args = call_entry(project, "models/refused.py:make")
     edge = to_edge_transform_and_lower(
         {"forward": torch.export.export(model, args)}, partitioner=[XnnpackPartitioner()]
