@@ -12,7 +12,7 @@ import pytest
 
 from lowerd.daemon.runtime import process_alive
 
-from helpers import PROJECTS
+from helpers import PROJECTS, SharedBuild, build_basic, build_examples
 from stock import importable_copy
 
 
@@ -38,3 +38,21 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         pid = json.loads(status_file.read_text())["pid"]
         if process_alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def examples_build(tmp_path_factory: pytest.TempPathFactory) -> SharedBuild:
+    """examples/, six targets, built once (helpers.build_examples): tests/test_cli.py reads its
+    document, tests/test_quiet_output.py its stderr."""
+    return build_examples(tmp_path_factory.mktemp("examples-build"))
+
+
+@pytest.fixture(scope="session")
+def basic_build(tmp_path_factory: pytest.TempPathFactory) -> SharedBuild:
+    """basic/, every target, built once on a cold cache (helpers.build_basic), with a private
+    $XDG_RUNTIME_DIR: no daemon serves it. Tests that build on it copy its cache."""
+    folder = tmp_path_factory.mktemp("basic-build")
+    (folder / "run").mkdir(mode=0o700)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("XDG_RUNTIME_DIR", str(folder / "run"))
+        return build_basic(folder)

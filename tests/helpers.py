@@ -186,6 +186,51 @@ def copy_project(source: Path, destination: Path) -> Path:
     return destination
 
 
+# Builds shared by several test modules (conftest.py's session fixtures) ------------------------
+
+EXAMPLES = TESTS.parent / "examples"
+
+# A user's own output, appended to the CNN of the shared examples/ build: a print and a warning
+# at import, which must still show on stderr (tests/test_quiet_output.py). The model is the same.
+USER_OUTPUT = """
+
+import warnings as _warnings
+
+print("cnn: made by the user")
+_warnings.warn("cnn: the user's own warning", UserWarning, stacklevel=1)
+"""
+
+
+@dataclass(frozen=True)
+class SharedBuild:
+    """A project copy built once per session, its blob cache, and the run: read it, never write
+    to it (copy the project or the cache to build on)."""
+
+    root: Path
+    cache: Path
+    run: Run
+
+
+def build_examples(folder: Path) -> SharedBuild:
+    """examples/ copied into folder, USER_OUTPUT appended to its models/cnn.py, and built by
+    `lowerd build --json --no-daemon` (in-process: the workers' output reaches this stderr) on a
+    cold cache."""
+    root = copy_project(EXAMPLES, folder / "examples")
+    with (root / "models" / "cnn.py").open("a") as model:
+        model.write(USER_OUTPUT)
+    cache = folder / "cache"
+    return SharedBuild(root, cache, lowerd(root, cache, "build", "--json", "--no-daemon"))
+
+
+def build_basic(folder: Path) -> SharedBuild:
+    """tests/projects/basic copied into folder and built, every target, by `lowerd build --json`
+    on a cold cache: the cold build tests/test_cli.py, tests/test_daemon_rpc.py and
+    tests/test_cache_integrity.py compare with or start from."""
+    root = copy_project(PROJECTS / "basic", folder / "basic")
+    cache = folder / "cache"
+    return SharedBuild(root, cache, lowerd(root, cache, "build", "--json"))
+
+
 def daemon_of(root: Path) -> DaemonStatus | None:
     """The status of the daemon serving the project, if one does."""
     return read_status(DaemonPaths.for_root(root))

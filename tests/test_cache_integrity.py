@@ -18,6 +18,7 @@ from lowerd.cache.store import BlobStore
 from helpers import (
     PROJECTS,
     TRACEBACK,
+    SharedBuild,
     copy_project,
     lowerd,
     lowerd_without_torch,
@@ -256,19 +257,22 @@ def test_build_with_a_cache_that_is_a_file_warns_and_writes_the_pte(tmp_path: Pa
 
 
 @pytest.mark.e2e
-def test_a_poisoned_entry_is_not_served_to_a_build(tmp_path: Path) -> None:
-    # Two targets, so the cache holds entries of different partitions; one is copied over another.
+def test_a_poisoned_entry_is_not_served_to_a_build(
+    tmp_path: Path, basic_build: SharedBuild
+) -> None:
+    # Every target of basic/, so the cache holds entries of different partitions (the session's
+    # cold build of them, conftest.py's basic_build: a copy of its cache); one is copied over
+    # another. The rebuild is in a fresh copy: no build records, the rebuild really lowers.
     project = copy_project(PROJECTS / "basic", tmp_path / "project")
-    cache = tmp_path / "cache"
-    targets = ["tiny_linear", "two_methods"]
-    cold = lowerd(project, cache, "build", *targets, "--no-daemon", "--json")
+    cache = Path(shutil.copytree(basic_build.cache, tmp_path / "cache"))
+    cold = basic_build.run
     assert cold.returncode == 0, cold.log
-    entries = sorted(p for p in (cache / "blobs").rglob("*") if p.is_file())
+    # Partitions' blobs (named by their key alone), not a memo of another kind.
+    entries = sorted(p for p in (cache / "blobs").rglob("*") if p.is_file() and "." not in p.name)
     assert len(entries) >= 2
     shutil.copyfile(entries[0], entries[1])
-    shutil.rmtree(project / "build")  # outputs and build records: the rebuild really lowers
 
-    poisoned = lowerd(project, cache, "build", *targets, "--no-daemon", "--json")
+    poisoned = lowerd(project, cache, "build", "--no-daemon", "--json")
 
     assert poisoned.returncode == 0, poisoned.log
     document = poisoned.json()

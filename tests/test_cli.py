@@ -4,9 +4,12 @@ Every build imports torch and ExecuTorch (several seconds), so the expensive run
 module-scoped, and the tests share them:
 
 - broken/: one `build --json` and one table `build`;
-- basic/: a cold `build --json`, a warm one, a `--jobs 2` one, one after corrupting a cache entry
-  (each run after the one before, on one cache), and `build tiny_linear` on a fresh copy;
-- examples/: one `build --json`.
+- basic/: a cold `build --json` (made once per session: conftest.py's basic_build, which
+  tests/test_daemon_rpc.py and tests/test_cache_integrity.py share), then on a copy of its cache
+  a warm one, a `--jobs 2` one, one after corrupting a cache entry (each run after the one
+  before, on one cache), and `build tiny_linear` on a fresh copy;
+- examples/: one `build --json --no-daemon`, made once per session (conftest.py's
+  examples_build, which tests/test_quiet_output.py reads too).
 
 Config errors and the cache commands never import torch, so they get a subprocess each.
 Lines the tests expect are found by their `# LINE-MARK: <name>` comments (tests/projects/README.md).
@@ -29,9 +32,9 @@ from lowerd.cache.store import MAGIC
 
 from helpers import (
     PROJECTS,
-    TESTS,
     TRACEBACK,
     Run,
+    SharedBuild,
     copy_project,
     line_marks,
     lowerd,
@@ -40,8 +43,6 @@ from helpers import (
     without_timing,
 )
 from stock import call_entry, forget_project_modules
-
-EXAMPLES = TESTS.parent / "examples"
 
 pytestmark = pytest.mark.e2e
 
@@ -274,13 +275,21 @@ def test_no_pyproject_exits_2(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
+def cold_basic(basic_build: SharedBuild) -> Path:
+    """The project the cold build wrote to (shared: read it only)."""
+    return basic_build.root
+
+
+@pytest.fixture(scope="module")
 def basic(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project of the runs after the cold one: a private copy of basic/."""
     return copy_project(PROJECTS / "basic", tmp_path_factory.mktemp("basic") / "project")
 
 
 @pytest.fixture(scope="module")
-def basic_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("basic-cache")
+def basic_cache(basic_build: SharedBuild, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private copy of the cache as the cold build left it."""
+    return Path(shutil.copytree(basic_build.cache, tmp_path_factory.mktemp("basic") / "cache"))
 
 
 # The runs below share basic_cache; each depends on the one before so they run in this order.
@@ -294,8 +303,8 @@ def rebuild(basic: Path, basic_cache: Path, *args: str) -> Run:
 
 
 @pytest.fixture(scope="module")
-def cold(basic: Path, basic_cache: Path) -> Run:
-    return lowerd(basic, basic_cache, "build", "--json")
+def cold(basic_build: SharedBuild) -> Run:
+    return basic_build.run
 
 
 @pytest.fixture(scope="module")
@@ -331,10 +340,10 @@ def after_corruption(parallel: Run, basic: Path, basic_cache: Path) -> CorruptRu
     return CorruptRun(run, entry, entry.read_bytes() if entry.is_file() else b"")
 
 
-def test_basic_build_writes_every_target(cold: Run, basic: Path) -> None:
-    document = assert_built(cold, basic, BASIC_TARGETS)
-    assert document["config"] == str(basic / "pyproject.toml")
-    assert sorted(p.name for p in (basic / "build").glob("*.pte")) == sorted(
+def test_basic_build_writes_every_target(cold: Run, cold_basic: Path) -> None:
+    document = assert_built(cold, cold_basic, BASIC_TARGETS)
+    assert document["config"] == str(cold_basic / "pyproject.toml")
+    assert sorted(p.name for p in (cold_basic / "build").glob("*.pte")) == sorted(
         f"{name}.pte" for name in BASIC_TARGETS
     )
     for target in document["targets"]:
@@ -367,8 +376,8 @@ def test_fully_delegated_target(cold: Run) -> None:
     assert method["backends"] == {"XNNPACK": {"ops": method["ops"], "partitions": 1}}
 
 
-def test_refused_ops_are_reported_with_reason_and_line(cold: Run, basic: Path) -> None:
-    marks = line_marks(basic)
+def test_refused_ops_are_reported_with_reason_and_line(cold: Run, cold_basic: Path) -> None:
+    marks = line_marks(cold_basic)
     [method] = by_name(cold.json())["refused"]["methods"].values()
     assert method["subgraphs"] == 2
     assert method["coverage"] < 1.0
@@ -470,9 +479,8 @@ def test_build_one_named_target(cold: Run, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(scope="module")
-def examples(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run]:
-    project = copy_project(EXAMPLES, tmp_path_factory.mktemp("examples") / "project")
-    return project, lowerd(project, tmp_path_factory.mktemp("examples-cache"), "build", "--json")
+def examples(examples_build: SharedBuild) -> tuple[Path, Run]:
+    return examples_build.root, examples_build.run
 
 
 def test_examples_build(examples: tuple[Path, Run]) -> None:

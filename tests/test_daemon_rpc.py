@@ -5,7 +5,8 @@ cache ($LOWERD_CACHE_DIR), on copies of tests/projects. A daemon's fork server i
 once (several seconds of CPU), so the daemons are few and module-scoped:
 
 - `served`, a basic/ copy whose daemon is started with `lowerd daemon start`: the round trip
-  against an in-process build, modes, another uid, two clients at once;
+  against an in-process build (the session's, conftest.py's basic_build), modes, another uid,
+  two clients at once;
 - `autostarted`, a basic/ copy built with `--daemon`: autostart, then kill -9 mid-build and
   recovery;
 - `crashy`, whose `hangs` target never ends: Ctrl-C and a dropped connection cancel it;
@@ -49,6 +50,7 @@ from helpers import (
     RUN_DEADLINE,
     TRACEBACK,
     Run,
+    SharedBuild,
     copy_project,
     daemon_of,
     lowerd,
@@ -63,6 +65,7 @@ from helpers import (
 pytestmark = pytest.mark.e2e
 
 TARGETS = ["refused", "pkg"]  # a refused op with its line, and a module-path entry: small
+BASIC_TARGETS = ["tiny_linear", "refused", "two_methods", "dynamic", "pkg"]
 UNBUILDABLE_UID = 65534  # nobody
 
 
@@ -146,12 +149,14 @@ def served(runtime: Path, cache: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="module")
-def in_process(runtime: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run]:
-    """The reference: the same targets built in-process, on their own copy and cold cache."""
-    root = copy_project(PROJECTS / "basic", tmp_path_factory.mktemp("in-process") / "basic")
-    run = lowerd(root, tmp_path_factory.mktemp("in-process-cache"), "build", "--json", *TARGETS)
-    assert_ok(run, TARGETS)
-    return root, run
+def in_process(basic_build: SharedBuild) -> tuple[Path, dict[str, Any]]:
+    """The reference: the same targets built in-process, on their own copy and cold cache (every
+    target of basic/, built once per session by conftest.py's basic_build), its document with
+    only TARGETS."""
+    document = assert_ok(basic_build.run, BASIC_TARGETS)
+    document["targets"] = [t for t in document["targets"] if t["name"] in TARGETS]
+    assert [t["name"] for t in document["targets"]] == TARGETS
+    return basic_build.root, document
 
 
 @pytest.fixture(scope="module")
@@ -160,11 +165,11 @@ def through_daemon(served: Path, cache: Path) -> Run:
 
 
 def test_build_through_the_daemon_prints_the_in_process_document(
-    served: Path, through_daemon: Run, in_process: tuple[Path, Run]
+    served: Path, through_daemon: Run, in_process: tuple[Path, dict[str, Any]]
 ) -> None:
     reference_root, reference = in_process
     document = assert_ok(through_daemon, TARGETS)
-    assert relative(document, served) == relative(reference.json(), reference_root)
+    assert relative(document, served) == relative(reference, reference_root)
     for target in document["targets"]:
         assert target["reused"] is None and target["cache"]["misses"] > 0, target
     status = ask(served, {"op": "status"})
@@ -378,10 +383,10 @@ def autostart_run(autostarted: Path, cache: Path) -> Iterator[Run]:
 
 
 def test_daemon_flag_starts_a_daemon_and_builds_through_it(
-    autostarted: Path, autostart_run: Run, in_process: tuple[Path, Run]
+    autostarted: Path, autostart_run: Run, in_process: tuple[Path, dict[str, Any]]
 ) -> None:
     document = assert_ok(autostart_run, TARGETS)
-    assert shas(document) == shas(in_process[1].json())
+    assert shas(document) == shas(in_process[1])
     status = daemon_of(autostarted)
     assert status is not None and process_alive(status.pid)
     assert status.root == str(autostarted)

@@ -3,7 +3,8 @@
 torch's `W…` pytree line, copyreg's FutureWarnings and torchao's "Failed to load …so" records
 showed on every build; they are DEBUG records now, shown with --verbose. Two in-process builds of
 examples/ (the daemon's workers write to its log, not to the client): the whole demo project
-quiet, with a model that prints and warns as a user's would; one target with --verbose.
+quiet, with a model that prints and warns as a user's would (conftest.py's examples_build, whose
+document tests/test_cli.py reads); one target with --verbose.
 """
 
 from __future__ import annotations
@@ -15,26 +16,15 @@ import pytest
 
 from lowerd.project.library_output import LibraryHandler, log_level
 
-from helpers import copy_project, lowerd
-
-EXAMPLES = Path(__file__).parent.parent / "examples"
-
-# The user's own output, from their model's file: it must still show.
-USER_OUTPUT = """
-
-import warnings as _warnings
-
-print("cnn: made by the user")
-_warnings.warn("cnn: the user's own warning", UserWarning, stacklevel=1)
-"""
+from helpers import EXAMPLES, USER_OUTPUT, SharedBuild, copy_project, lowerd
 
 
-def test_build_stderr_holds_only_lowerd_and_user_lines(tmp_path: Path) -> None:
-    project = copy_project(EXAMPLES, tmp_path / "project")
-    with (project / "models" / "cnn.py").open("a") as model:
-        model.write(USER_OUTPUT)
-    run = lowerd(project, tmp_path / "cache", "build", "--no-daemon")
+def test_build_stderr_holds_only_lowerd_and_user_lines(examples_build: SharedBuild) -> None:
+    # The user's own output, from their model's file (helpers.USER_OUTPUT): it must still show.
+    assert USER_OUTPUT in (examples_build.root / "models" / "cnn.py").read_text()
+    run = examples_build.run
     assert run.returncode == 0, run.log
+    assert "--no-daemon" in run.args, run.log
     user = [line for line in run.stderr.splitlines() if "cnn: " in line]
     assert "cnn: made by the user" in user, run.log
     assert any("UserWarning: cnn: the user's own warning" in line for line in user), run.log
