@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 
 from lowerd.daemon.runtime import process_alive
+from lowerd.project.build_state import load_state
+from lowerd.project.config import load_config
 
 from helpers import (
     DEADLINE,
@@ -246,6 +248,10 @@ def test_the_next_local_build_is_up_to_date_without_torch(
     run = lowerd_without_torch(project, tmp_path, "build", "--json", "--no-daemon", *built)
     assert run.returncode == 0, run.log
     assert {t["reused"] for t in run.json()["targets"]} == {"up-to-date"}, run.log
+    config = load_config(project / "pyproject.toml")
+    for name in built:  # the node's worker measured it: the next task's `memory`
+        state = load_state(config, config.targets[name])
+        assert state is not None and state.peak_rss and state.peak_rss > 0
 
 
 def test_ctrl_c_cancels_the_tasks_and_their_builds(
