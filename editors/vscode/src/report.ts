@@ -79,6 +79,17 @@ export interface Partition {
   cache: string | null;
   /** [file, line, op] of each delegated op with a user source line. */
   sources: [string, number, string][];
+  /** Bytes of the backend's blob and of the named data beside it; null before preprocess. */
+  blobBytes: number | null;
+  dataBytes: number | null;
+}
+
+/** What the .pte costs on a device (the server's `sizes`); null from an older server. */
+export interface ProgramSizes {
+  pteBytes: number;
+  constantBytes: number;
+  delegateBlobBytes: number;
+  delegateDataBytes: number;
 }
 
 export interface BackendTotals {
@@ -109,6 +120,9 @@ export interface MethodReport {
   refusals: RefusalGroup[];
   /** Coverage over the module tree, parents before children; [] from an older server. */
   modules: ModuleCoverage[];
+  /** The method's memory-planned arena and the constants its plan uses; null when unknown. */
+  plannedMemoryBytes: number | null;
+  constantBytes: number | null;
 }
 
 export interface TargetError {
@@ -137,6 +151,7 @@ export interface TargetResult {
   error: TargetError | null;
   entry: SourceSite | null;
   modules: Record<string, SourceSite>;
+  sizes: ProgramSizes | null;
 }
 
 export interface Report {
@@ -262,6 +277,20 @@ function parsePartition(value: unknown): Partition {
     sources: asArray(raw.sources)
       .map(parseSource)
       .filter((source): source is [string, number, string] => source !== null),
+    blobBytes: asNullableNumber(raw.blob_bytes),
+    dataBytes: asNullableNumber(raw.data_bytes),
+  };
+}
+
+function parseSizes(value: unknown): ProgramSizes | null {
+  if (!isObject(value) || typeof value.pte_bytes !== "number") {
+    return null;
+  }
+  return {
+    pteBytes: value.pte_bytes,
+    constantBytes: asNumber(value.constant_bytes),
+    delegateBlobBytes: asNumber(value.delegate_blob_bytes),
+    delegateDataBytes: asNumber(value.delegate_data_bytes),
   };
 }
 
@@ -288,6 +317,8 @@ export function parseMethod(value: unknown): MethodReport {
     notDelegated: asArray(raw.not_delegated).map(parseNotDelegated),
     refusals: asArray(raw.refusals).map(parseRefusal),
     modules: asArray(raw.modules).map(parseModule),
+    plannedMemoryBytes: asNullableNumber(raw.planned_memory_bytes),
+    constantBytes: asNullableNumber(raw.constant_bytes),
   };
 }
 
@@ -345,6 +376,7 @@ export function parseTarget(value: unknown): TargetResult {
     error: parseError(raw.error),
     entry: parseSite(raw.entry),
     modules,
+    sizes: parseSizes(raw.sizes),
   };
 }
 

@@ -71,6 +71,24 @@ function coverageBar(method: MethodReport): string {
   );
 }
 
+/** A byte count as the CLI writes it (cache/location.py format_size): "512 B", "1.5 MiB". */
+export function formatSize(bytes: number): string {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = bytes;
+  let unit = 0;
+  while (unit < units.length - 1 && Math.round(value * 10) / 10 >= 1024) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${Number(value.toFixed(1))} ${units[unit]}`;
+}
+
+/** The summed bytes of the partitions' blobs (and weights); "–" when none is known. */
+function bytesOf(values: (number | null)[]): string {
+  const known = values.filter((value): value is number => value !== null);
+  return known.length ? formatSize(known.reduce((sum, value) => sum + value, 0)) : "–";
+}
+
 function backendTable(method: MethodReport): string {
   const cpu = method.ops - method.opsDelegated;
   const rows = Object.entries(method.backends)
@@ -80,17 +98,33 @@ function backendTable(method: MethodReport): string {
       const cache = summarizeCache(hits.map((p) => p.cache));
       return (
         `<tr><td>${escapeHtml(backend)}</td><td class="num">${totals.ops}</td>` +
-        `<td class="num">${totals.partitions}</td><td>${escapeHtml(cache)}</td></tr>`
+        `<td class="num">${totals.partitions}</td>` +
+        `<td class="num">${bytesOf(hits.map((p) => p.blobBytes))}</td>` +
+        `<td class="num">${bytesOf(hits.map((p) => p.dataBytes))}</td>` +
+        `<td>${escapeHtml(cache)}</td></tr>`
       );
     });
   rows.push(
     `<tr class="cpu"><td>portable CPU</td><td class="num">${cpu}</td><td class="num">–</td>` +
-      `<td></td></tr>`,
+      `<td class="num"></td><td class="num"></td><td></td></tr>`,
   );
   return (
     `<table class="backends"><thead><tr><th>backend</th><th class="num">ops</th>` +
-    `<th class="num">partitions</th><th>cache</th></tr></thead><tbody>${rows.join("")}</tbody></table>`
+    `<th class="num">partitions</th><th class="num">blobs</th><th class="num">weights</th>` +
+    `<th>cache</th></tr></thead><tbody>${rows.join("")}</tbody></table>`
   );
+}
+
+/** "planned memory 192 B · constants 0 B": what the method costs a device at run time. */
+function memoryLine(method: MethodReport): string {
+  const parts: string[] = [];
+  if (method.plannedMemoryBytes !== null) {
+    parts.push(`planned memory ${formatSize(method.plannedMemoryBytes)}`);
+  }
+  if (method.constantBytes !== null) {
+    parts.push(`constants ${formatSize(method.constantBytes)}`);
+  }
+  return parts.length ? `<p class="memory muted">${parts.join(" · ")}</p>` : "";
 }
 
 function summarizeCache(outcomes: (string | null)[]): string {
@@ -230,6 +264,7 @@ function methodSection(name: string, method: MethodReport): string {
     `<section class="method"><h3>${escapeHtml(methodLine(name, method))}</h3>` +
     coverageBar(method) +
     (hint ? `<p class="fixes">${escapeHtml(hint)}</p>` : "") +
+    memoryLine(method) +
     backendTable(method) +
     refusedSection(method) +
     (method.modules.length > 0 ? modulesTable(method.modules) : "") +
@@ -259,6 +294,17 @@ function targetFacts(target: TargetResult, root: string | null): string {
   }
   if (target.entry) {
     facts.push(`entry ${sourceLink(target.entry.file, target.entry.line)}`);
+  }
+  const sizes = target.sizes;
+  if (sizes) {
+    const parts = [`constants ${formatSize(sizes.constantBytes)}`];
+    if (sizes.delegateBlobBytes) {
+      parts.push(`delegate blobs ${formatSize(sizes.delegateBlobBytes)}`);
+    }
+    if (sizes.delegateDataBytes) {
+      parts.push(`delegate weights ${formatSize(sizes.delegateDataBytes)}`);
+    }
+    facts.push(`<span class="sizes">.pte ${formatSize(sizes.pteBytes)} (${parts.join(", ")})</span>`);
   }
   return facts.length ? `<p class="facts">${facts.join(" · ")}</p>` : "";
 }

@@ -60,8 +60,11 @@ describe("parseReport", () => {
       notDelegated: [],
       refusals: [],
       modules: [],
+      plannedMemoryBytes: null,
+      constantBytes: null,
     });
     expect(target.coverage).toBeNull();
+    expect(target.sizes).toBeNull(); // an older server's report has no sizes
   });
 
   it("reads the coverage the server computed: per method and per target", () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 
 import { parseReport } from "../src/report";
-import { escapeHtml, renderReportPage } from "../src/reportHtml";
+import { escapeHtml, formatSize, renderReportPage } from "../src/reportHtml";
 import { fixtureReport } from "./fixture";
 
 const OPTIONS = { cspSource: "vscode-webview://x", nonce: "abc123", projectName: "basic" };
@@ -24,9 +24,31 @@ describe("renderReportPage", () => {
     expect(html).toContain("no XNNPACK support for aten.cumsum.default");
   });
 
-  it("shows backends with cache outcomes and the CPU remainder", () => {
-    expect(html).toMatch(/<td>XNNPACK<\/td><td class="num">2<\/td><td class="num">2<\/td><td>2 cache hit<\/td>/);
+  it("shows backends with their blob and weight bytes, cache outcomes and the CPU remainder", () => {
+    expect(html).toContain(
+      '<td>XNNPACK</td><td class="num">2</td><td class="num">2</td><td class="num">1.4 KiB</td>' +
+        '<td class="num">576 B</td><td>2 cache hit</td>',
+    );
     expect(html).toMatch(/<td>portable CPU<\/td><td class="num">2<\/td>/);
+  });
+
+  it("shows the .pte's sizes and each method's planned memory", () => {
+    expect(html).toContain(
+      '<span class="sizes">.pte 4.2 KiB (constants 0 B, delegate blobs 1.4 KiB, delegate weights 576 B)</span>',
+    );
+    expect(html).toContain('<p class="memory muted">planned memory 192 B · constants 0 B</p>');
+  });
+
+  it("writes sizes as the CLI does", () => {
+    expect([0, 512, 1023, 1024, 1536, 1048575, 5 * 1024 ** 3].map(formatSize)).toEqual([
+      "0 B",
+      "512 B",
+      "1023 B",
+      "1 KiB",
+      "1.5 KiB",
+      "1 MiB",
+      "5 GiB",
+    ]);
   });
 
   it("shows a failed target's error at its line", () => {
