@@ -135,6 +135,23 @@ test("summary_chunks has a line per target and method", function()
   equal(chunks[3], { "later: not built yet\n", "Comment" })
 end)
 
+test("sizes_line says what the .pte costs as the CLI does", function()
+  equal({ report.format_size(0), report.format_size(1023), report.format_size(1536),
+    report.format_size(1048575), report.format_size(5 * 1024 ^ 3) },
+    { "0 B", "1023 B", "1.5 KiB", "1 MiB", "5 GiB" })
+  local target = { name = "net", status = "ok", methods = { forward = { summary = "4 of 4 ops" } } }
+  equal(report.sizes_line(target), nil) -- an older server's report has no sizes
+  target.sizes = { pte_bytes = 4256, constant_bytes = 0, delegate_blob_bytes = 1440,
+    delegate_data_bytes = 576 }
+  target.methods.forward.planned_memory_bytes = 192
+  local line = ".pte 4.2 KiB (constants 0 B, delegate blobs 1.4 KiB, delegate weights 576 B); "
+    .. "forward: planned memory 192 B"
+  equal(report.sizes_line(target), line)
+  local result = { targets = { target } }
+  equal(report.summary_chunks(result)[2], { "net · " .. line .. "\n", "Comment" })
+  equal(report.module_lines(result)[1], "net · " .. line)
+end)
+
 test("build_summary says how each target went", function()
   equal(report.build_summary(RESULT), "net ok (4.9 s), broken failed (export-error), later not built")
   equal(report.build_summary({ error = "unknown targets: x", targets = {} }), "unknown targets: x")

@@ -35,6 +35,44 @@ function M.method_line(name, method)
   return type(hint) == "string" and (line .. "; " .. hint) or line
 end
 
+-- A byte count as the CLI writes it (cache/location.py format_size): "512 B", "1.5 KiB".
+function M.format_size(bytes)
+  local units = { "B", "KiB", "MiB", "GiB", "TiB" }
+  local size, unit = bytes, 1
+  while unit < #units and math.floor(size * 10 + 0.5) / 10 >= 1024 do
+    size, unit = size / 1024, unit + 1
+  end
+  local text = string.format("%.1f", size):gsub("%.0$", "")
+  return text .. " " .. units[unit]
+end
+
+-- ".pte 4.2 KiB (constants 0 B, delegate blobs 1.4 KiB, delegate weights 576 B); forward:
+-- planned memory 192 B": the server's sizes of a target, as the CLI prints them; nil when the
+-- report has none (an older server, a target not built).
+function M.sizes_line(target)
+  local sizes = value(target.sizes)
+  if type(sizes) ~= "table" or type(value(sizes.pte_bytes)) ~= "number" then
+    return nil
+  end
+  local parts = { "constants " .. M.format_size(value(sizes.constant_bytes) or 0) }
+  local blobs, weights = value(sizes.delegate_blob_bytes) or 0, value(sizes.delegate_data_bytes) or 0
+  if blobs > 0 then
+    table.insert(parts, "delegate blobs " .. M.format_size(blobs))
+  end
+  if weights > 0 then
+    table.insert(parts, "delegate weights " .. M.format_size(weights))
+  end
+  local line = string.format(".pte %s (%s)", M.format_size(sizes.pte_bytes), table.concat(parts, ", "))
+  local planned = {}
+  for _, name in ipairs(sorted_keys(target.methods)) do
+    local bytes = value(target.methods[name].planned_memory_bytes)
+    if type(bytes) == "number" then
+      table.insert(planned, name .. ": planned memory " .. M.format_size(bytes))
+    end
+  end
+  return #planned > 0 and (line .. "; " .. table.concat(planned, ", ")) or line
+end
+
 local function absolute(root, file)
   if file:sub(1, 1) == "/" then
     return file
@@ -184,6 +222,10 @@ end
 function M.module_lines(result)
   local lines = {}
   for _, target in ipairs(targets(result)) do
+    local sizes = M.sizes_line(target)
+    if sizes then
+      table.insert(lines, target.name .. " · " .. sizes)
+    end
     for _, name in ipairs(sorted_keys(target.methods)) do
       local method = target.methods[name]
       table.insert(lines, target.name .. " · " .. M.method_line(name, method))
@@ -280,6 +322,10 @@ function M.summary_chunks(result)
       for _, method in ipairs(sorted_keys(target.methods)) do
         table.insert(chunks, { target.name .. " · " .. M.method_line(method, target.methods[method])
           .. "\n", "Normal" })
+      end
+      local sizes = M.sizes_line(target)
+      if sizes then
+        table.insert(chunks, { target.name .. " · " .. sizes .. "\n", "Comment" })
       end
     end
   end
