@@ -42,6 +42,7 @@ from lowerd.daemon.protocol import PartitionedEvent, ProgressEvent, WorkerEvent
 from lowerd.daemon.session import ProjectSession
 from lowerd.daemon.settings import SECTION
 from lowerd.daemon.tasks import spawn
+from lowerd.project.explain import EXPLAIN, explain_answer
 from lowerd.project.result import TargetResult
 from lowerd.project.version import LOWERD_VERSION
 
@@ -253,6 +254,10 @@ def create_server(workers: int = 2) -> LowerdServer:
     @server.command(REPORT)
     def report(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
         return ls.view.report_answer(_names(arguments))
+
+    @server.command(EXPLAIN)  # "Explain this rebuild": what `lowerd explain --json` prints
+    def explain(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
+        return explain_answer(ls.session.config, _names(arguments))
 
     return server
 

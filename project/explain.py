@@ -203,6 +203,8 @@ def partition_words(partition: PartitionFacts, earlier_build: bool) -> str:
     stored = f" (not stored: {partition.note})" if partition.cache == "uncached" else ""
     if not earlier_build:
         return "no earlier build" + stored
+    if partition.matched_by == "unrecorded":
+        return "the earlier build's record kept no partitions to compare with (an older lowerd)"
     if partition.previous is None:
         return "a new partition: none of the earlier build's is left to match it" + stored
     if partition.earlier_key is None:

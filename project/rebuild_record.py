@@ -69,6 +69,7 @@ class PartitionFacts:
     # For a partition lowered afresh: the earlier build's partition taken for the same one,
     # how it was matched, its key, and the names of the key's inputs that differ.
     previous: int | None = None  # its index in the earlier build's method
+    # partition_match's rule; "unrecorded" when the earlier record kept no partitions
     matched_by: str | None = None
     earlier_key: KeySummary | None = None
     changed: list[str] = field(default_factory=list)
@@ -131,14 +132,18 @@ def record_rebuild(
     """The record of the build that made `now`, compared with `earlier`'s (None: no record)."""
     if earlier is None:
         return RebuildRecord(False, why is None, why, partitions=partitions)
-    earlier_partitions = earlier.rebuild.partitions if earlier.rebuild else []
+    if earlier.rebuild is not None:
+        partitions = compared(partitions, earlier.rebuild.partitions)
+    else:  # an older lowerd's record: it kept no partitions to compare with
+        for partition in partitions:
+            partition.matched_by = "unrecorded" if partition.cache in LOWERED else None
     return RebuildRecord(
         earlier_build=True,
         kept=why is None,
         why=why,
         sources=source_changes(root, earlier, now),
         inputs=input_changes(earlier, now),
-        partitions=compared(partitions, earlier_partitions),
+        partitions=partitions,
     )
 
 

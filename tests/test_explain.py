@@ -161,6 +161,18 @@ def test_a_record_of_an_older_lowerd_still_loads(project: Path, tmp_path: Path) 
         UP_TO_DATE,
     ]
 
+    model = project / "models" / "tiny_linear.py"
+    model.write_text(model.read_text().replace("nn.ReLU()", "nn.Hardtanh()"))
+    build(config, "tiny_linear", BlobStore(tmp_path / "cache"))
+    assert explain(config, "tiny_linear") == [
+        "tiny_linear: rebuilt 1 of 1 partition (0 from the cache)",
+        "  lowered because the exported program changed (forward)",
+        "  models/tiny_linear.py changed",  # the old record has no line checksums
+        "  XNNPACK #1 (forward): the earlier build's record kept no partitions to compare with "
+        "(an older lowerd)",
+        UP_TO_DATE,
+    ]
+
 
 def test_the_summary_names_every_input_of_the_key() -> None:
     fields = [f.name for f in dataclasses.fields(PartitionKeyDetails)]
