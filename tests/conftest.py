@@ -6,14 +6,16 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lowerd.daemon.runtime import process_alive
 
 from helpers import PROJECTS, SharedBuild, build_basic, build_examples
-from stock import importable_copy
+from stock import forget_project_modules, importable_copy
 
 
 @pytest.fixture
@@ -56,3 +58,45 @@ def basic_build(tmp_path_factory: pytest.TempPathFactory) -> SharedBuild:
     with pytest.MonkeyPatch.context() as env:
         env.setenv("XDG_RUNTIME_DIR", str(folder / "run"))
         return build_basic(folder)
+
+
+@dataclass(frozen=True)
+class ColdBuild:
+    """One target of basic/ built in this process, alone, on an empty cache, reuse=False."""
+
+    root: Path  # the project copy it was built in (shared: read it only)
+    cache: Path  # its blob cache as the build left it (copy it to build on)
+    result: Any  # the TargetResult
+    speedups: list[Any]  # every EdgeSpeedups the build installed (lowering/edge_speedups.py)
+
+
+@pytest.fixture(scope="session")
+def basic_cold(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ColdBuild]:
+    """Each target of basic/ built cold, in-process, once per session: tests/test_fidelity.py's
+    cold builds and tests/test_edge_speedups.py's counts of skipped replays."""
+    from lowerd.cache.store import BlobStore
+    from lowerd.lowering.build import build_target
+    from lowerd.lowering.edge_speedups import EdgeSpeedups
+    from lowerd.project.config import load_config
+
+    folder = tmp_path_factory.mktemp("basic-cold")
+    built: dict[str, ColdBuild] = {}
+    with pytest.MonkeyPatch.context() as patch:
+        seen: list[EdgeSpeedups] = []
+        original = EdgeSpeedups.installed
+
+        def spied(self: EdgeSpeedups) -> Any:
+            seen.append(self)
+            return original(self)
+
+        patch.setattr(EdgeSpeedups, "installed", spied)
+        with importable_copy(PROJECTS / "basic", folder / "basic") as root:
+            config = load_config(root / "pyproject.toml")
+            for name, target in config.targets.items():
+                seen.clear()
+                forget_project_modules(root)
+                cache = folder / "cache" / name
+                result = build_target(config, target, BlobStore(cache), reuse=False)
+                assert result.status == "ok", result.error
+                built[name] = ColdBuild(root, cache, result, list(seen))
+    return built

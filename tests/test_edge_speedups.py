@@ -72,14 +72,34 @@ def stock_digest(root: Path, name: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("folder", "name", "skipped"),
+    ("name", "skipped"),
     [
         # Linear and ReLU are all that is left after functionalization: both replays of each
         # method are redundant.
-        ("project", "tiny_linear", 2),
-        ("project", "refused", 2),
-        ("project", "two_methods", 4),
-        ("project", "dynamic", 2),
+        ("tiny_linear", 2),
+        ("refused", 2),
+        ("two_methods", 4),
+        ("dynamic", 2),
+    ],
+)
+def test_basic_equals_stock_with_replays_skipped(
+    basic_cold: dict[str, Any], name: str, skipped: int
+) -> None:
+    """The session's cold build of each basic/ target (conftest.py basic_cold, which
+    tests/test_fidelity.py reads too), made with the same spy as the `installed` fixture's."""
+    built = basic_cold[name]
+    result = built.result
+    assert result.status == "ok", result.error
+    assert sha256(Path(result.output).read_bytes()) == result.sha256
+    [speedups] = built.speedups
+    assert speedups.skipped == skipped
+    assert speedups.replayed == 3 * len(result.methods) - skipped
+    assert result.sha256 == stock_digest(built.root, name)
+
+
+@pytest.mark.parametrize(
+    ("folder", "name", "skipped"),
+    [
         # Conv2d, softmax are in the second table: only the third replay is redundant.
         ("examples", "cnn", 1),
         ("examples", "transformer", 1),
