@@ -432,7 +432,8 @@ def partitions_holding(lowered: list[Any], prefix: str) -> int:
 
 def lowerd_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """build_target as `lowerd build` calls it, after the imports stock pays before its work.
-    Its blob cache: spec["cache"], else the project's (LOWERD_CACHE_DIR). `seconds` is the work
+    Its blob cache: spec["cache"], else store_for's (LOWERD_CACHE_DIR, and LOWERD_CACHE_URL's
+    redis tier behind it, uploads waited for inside build_target). `seconds` is the work
     after imports, or with spec["seconds"] == "lowerd" lowerd's own TargetResult.seconds."""
     started = time.perf_counter()
     import_stock()  # what stock imports before its clock starts
@@ -468,9 +469,13 @@ def lowerd_worker(spec: dict[str, Any]) -> dict[str, Any]:
         "stages": clock.seconds,
         "sha256": file_sha256(report["output"]),  # the bytes on disk are what is compared
         "reported_sha256": report["sha256"],
-        "hits": result.cache_hits,
-        "misses": result.cache_misses,
-        "rebased": result.cache_rebased,
+        "hits": report["cache"]["hits"],
+        "misses": report["cache"]["misses"],
+        "rebased": report["cache"]["rebased"],
+        # The redis tier's part, when LOWERD_CACHE_URL names one: "ok" or why not, and its
+        # {hits, misses, puts, errors}
+        "remote": report["cache"].get("remote"),
+        "remote_counts": report["cache"].get("remote_counts"),
         "partitions": len(forward["partitions"]),
         "ops": forward["ops"],
         "ops_delegated": forward["ops_delegated"],
