@@ -14,6 +14,13 @@ errorKind, reused, current}. Its commands answer:
                      while no config is loaded)
     lowerd.build(All) {"config", "targets": [TargetResult JSON | null]} once built, as
                      `lowerd build --json`; {"error", "targets": []} for unknown targets
+    lowerd.stockScript {"target", "script"}: a stock ExecuTorch script that reproduces the
+                     target (project/reproducer.py); {"error"} for anything but one target
+    lowerd.explain   `lowerd explain --json`'s document (project/explain.py)
+
+Code actions on lowerd's diagnostics run the clients' own commands lowerd.showInReport [target,
+uri, line], lowerd.compareBackends, lowerd.explainRebuild and lowerd.copyStockScript [target],
+which ask the server's and show (or copy) the answer.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from lsprotocol import types
 from pygls.uris import from_fs_path, to_fs_path
 
 from lowerd.daemon.diagnostics import (
+    SOURCE,
     FileDiagnostics,
     LineReader,
     config_error_diagnostics,
@@ -42,9 +50,16 @@ from lowerd.daemon.diagnostics import (
 from lowerd.daemon.entry_site import Site, entry_site
 from lowerd.daemon.session import ProjectSession, same_file
 from lowerd.project.report_model import MethodReport
+from lowerd.project.reproducer import stock_script
 from lowerd.project.result import ErrorInfo, TargetResult
 
 BUILD = "lowerd.build"
+STOCK_SCRIPT = "lowerd.stockScript"
+# The clients' commands behind the code actions (they call the server's and show the answer).
+SHOW_IN_REPORT = "lowerd.showInReport"
+COMPARE_BACKENDS = "lowerd.compareBackends"
+EXPLAIN_REBUILD = "lowerd.explainRebuild"
+COPY_STOCK_SCRIPT = "lowerd.copyStockScript"
 BUILD_ALL = "lowerd.buildAll"
 REPORT = "lowerd.report"
 BUILD_STARTED = "lowerd/buildStarted"
@@ -236,6 +251,48 @@ class EditorView:
             for hint in line_hints(self.shown, config.root, path)
             if first <= hint.line <= min(last, len(lines))
         ]
+
+    # Code actions ----------------------------------------------------------------------------
+
+    def code_actions(
+        self, uri: str, diagnostics: Sequence[types.Diagnostic]
+    ) -> list[types.CodeAction]:
+        """On lowerd's diagnostics: per target they name, show the op in the report, compare the
+        backends, explain the last rebuild, copy a stock script that reproduces the target. The
+        commands are the clients' own (they show or copy what the server's commands answer)."""
+        by_target: dict[str, list[types.Diagnostic]] = {}
+        for diagnostic in diagnostics:
+            data = diagnostic.data
+            if diagnostic.source == SOURCE and isinstance(data, dict) and data.get("target"):
+                by_target.setdefault(str(data["target"]), []).append(diagnostic)
+        actions = []
+        for target, about in by_target.items():
+            line = about[0].range.start.line + 1
+            for title, command, arguments in (
+                (f"Show in report ({target})", SHOW_IN_REPORT, [target, uri, line]),
+                (f"Compare backends for {target}", COMPARE_BACKENDS, [target]),
+                (f"Explain this rebuild of {target}", EXPLAIN_REBUILD, [target]),
+                (f"Copy a stock ExecuTorch script for {target}", COPY_STOCK_SCRIPT, [target]),
+            ):
+                actions.append(
+                    types.CodeAction(
+                        title=f"lowerd: {title}",
+                        kind=types.CodeActionKind.Empty,
+                        diagnostics=about,
+                        command=types.Command(title=title, command=command, arguments=arguments),
+                    )
+                )
+        return actions
+
+    def stock_script_answer(self, names: Sequence[str]) -> dict[str, Any]:
+        """lowerd.stockScript: the stock ExecuTorch script that reproduces the target."""
+        config = self.session.config
+        if config is None:
+            return {"error": "no lowerd project is loaded"}
+        if len(names) != 1 or names[0] not in config.targets:
+            return {"error": f"expected one target of {', '.join(config.targets)}"}
+        target = config.targets[names[0]]
+        return {"target": target.name, "script": stock_script(config, target)}
 
     # Command answers -------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from lowerd.daemon.editor_view import (
     BUILD_FINISHED,
     BUILD_STARTED,
     REPORT,
+    STOCK_SCRIPT,
     EditorView,
     build_finished_params,
     build_started_params,
@@ -234,6 +235,13 @@ def create_server(workers: int = 2) -> LowerdServer:
     def inlay_hint(ls: LowerdServer, params: types.InlayHintParams) -> list[types.InlayHint]:
         return ls.view.inlay_hints(params.text_document.uri, params.range)
 
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.Empty]),
+    )
+    def code_action(ls: LowerdServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+        return ls.view.code_actions(params.text_document.uri, params.context.diagnostics)
+
     @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
     def code_lens(ls: LowerdServer, params: types.CodeLensParams) -> list[types.CodeLens]:
         return ls.view.code_lenses(params.text_document.uri)
@@ -250,6 +258,10 @@ def create_server(workers: int = 2) -> LowerdServer:
     async def build_all(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
         config = ls.session.config
         return await ls.view.build_answer(list(config.targets) if config else [])
+
+    @server.command(STOCK_SCRIPT)
+    def stock_script(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
+        return ls.view.stock_script_answer(_names(arguments))
 
     @server.command(REPORT)
     def report(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:

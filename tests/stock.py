@@ -135,3 +135,21 @@ def importable_copy(source: Path, destination: Path) -> Iterator[Path]:
     finally:
         sys.path[:] = saved_path
         forget_project_modules(destination)
+
+
+def run_stock_script(script: str, folder: Path, monkeypatch: Any) -> dict[str, str]:
+    """A generated stock script run as `python script.py` in folder (in this process: it
+    imports what this process has imported already); the sha256 of each file it wrote."""
+    import runpy
+
+    folder.mkdir()
+    path = folder / "stock.py"
+    path.write_text(script)
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    runpy.run_path(str(path), run_name="__main__")
+    return {
+        file.name: hashlib.sha256(file.read_bytes()).hexdigest()
+        for file in sorted(folder.iterdir())
+        if file.name != "stock.py"
+    }

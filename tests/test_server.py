@@ -32,6 +32,7 @@ from pytest_lsp import LanguageClient, client_capabilities
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 
 from helpers import DEADLINE, PROJECTS, async_wait_until, line_marks, write_text_atomic
+from stock import forget_project_modules, run_stock_script
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.e2e]
 
@@ -197,8 +198,22 @@ class Editor:
         )
 
 
+def _converter() -> Any:
+    """pygls' converter, but reading a code action that carries a command as a CodeAction:
+    lsprotocol takes any object with a `command` key for a Command, where the spec (and VS
+    Code) look at whether `command` is a string."""
+    converter = default_converter()
+
+    def command_or_action(value: Any, _: type) -> types.Command | types.CodeAction:
+        kind = types.Command if isinstance(value.get("command"), str) else types.CodeAction
+        return converter.structure(value, kind)  # type: ignore[no-any-return]
+
+    converter.register_structure_hook(types.Command | types.CodeAction, command_or_action)
+    return converter
+
+
 def make_client(events: list[tuple[Any, ...]]) -> LanguageClient:
-    client = LanguageClient(converter_factory=default_converter)
+    client = LanguageClient(converter_factory=_converter)
     publish = DEFAULT_CLIENT_FEATURES[types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS]
 
     def on_publish(client: LanguageClient, params: types.PublishDiagnosticsParams) -> None:
@@ -463,6 +478,47 @@ async def test_inlay_hints_say_where_each_lines_ops_ran_and_follow_moved_lines(
 
     set_settings(editor, {"inlayHints": False})  # handled before the request that follows it
     assert await hints() == {}
+
+
+async def test_code_actions_on_a_warning_and_the_stock_script_they_copy(
+    editor: Editor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The actions on a not-delegated warning; *Copy a stock ExecuTorch script* copies what the
+    server's lowerd.stockScript answers, which writes the bytes of lowerd's .pte."""
+    [warning] = editor.at("refused.pow", "not-delegated")
+    uri = editor.uri("models/refused.py")
+    actions = await editor.client.text_document_code_action_async(
+        types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri),
+            range=warning.range,
+            context=types.CodeActionContext(diagnostics=[warning]),
+        )
+    )
+    line = editor.line("refused.pow")[1]
+    found = [(a.title, a.command.command, list(a.command.arguments)) for a in actions or []]
+    assert found == [
+        ("lowerd: Show in report (refused)", "lowerd.showInReport", ["refused", uri, line]),
+        ("lowerd: Compare backends for refused", "lowerd.compareBackends", ["refused"]),
+        ("lowerd: Explain this rebuild of refused", "lowerd.explainRebuild", ["refused"]),
+        (
+            "lowerd: Copy a stock ExecuTorch script for refused",
+            "lowerd.copyStockScript",
+            ["refused"],
+        ),
+    ]
+    assert all([d.message for d in a.diagnostics or []] == [warning.message] for a in actions or [])
+
+    answer = await editor.client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="lowerd.stockScript", arguments=["refused"])
+    )
+    report = await editor.client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="lowerd.report", arguments=["refused"])
+    )
+    [refused] = report["targets"]
+    forget_project_modules(editor.root)
+    written = run_stock_script(answer["script"], tmp_path / "stock", monkeypatch)
+    forget_project_modules(editor.root)
+    assert written == {"refused.pte": refused["sha256"]}
 
 
 async def test_commands_report_and_build(editor: Editor) -> None:

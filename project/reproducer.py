@@ -1,0 +1,300 @@
+"""A stock ExecuTorch script that reproduces a target: what lowerd does for it, written out as the
+script a user would have written without lowerd — export, (declared quantization,) lowering with
+the target's partitioners and options, emission with its configs — so that running it gives the
+.pte (and data files) lowerd wrote, byte for byte. It imports ExecuTorch, never lowerd.
+
+Made from the config alone (no torch here): the editor's *Copy a stock ExecuTorch script* and
+`lowerd reproduce TARGET` print it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lowerd.project.backends import BACKENDS
+from lowerd.project.config import ProjectConfig, TargetConfig
+
+_HEADER = '''\
+"""Stock ExecuTorch, no lowerd: reproduces lowerd target {name!r} of {config}.
+
+Run it with the project's Python: `python {name}_stock.py`. It writes {name}.pte (and any data
+files) to the current folder and prints each file's sha256, which equal lowerd's.
+"""
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import torch
+'''
+
+_LOAD = '''
+PROJECT = Path({root!r})
+OUT = Path.cwd()  # where the files go: the folder the script runs in
+sys.path.insert(0, str(PROJECT))
+os.chdir(PROJECT)  # entries open files relative to their project, as lowerd runs them
+
+
+def load(reference):
+    """`models/net.py:make` (a file of the project) or `package.module:make`."""
+    where, _, name = reference.rpartition(":")
+    if where.endswith(".py"):
+        module_name = ".".join(Path(where).with_suffix("").parts)
+        spec = importlib.util.spec_from_file_location(module_name, PROJECT / where)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(where)
+    return getattr(module, name)
+
+
+returned = load({entry!r})()
+methods = returned if isinstance(returned, dict) else {{"forward": returned}}
+'''
+
+_QUANTIZE = """
+from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+    XNNPACKQuantizer,
+    get_symmetric_quantization_config,
+)
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+samples = {samples}
+if not isinstance(samples, dict):
+    samples = {{name: samples for name in methods}}
+
+
+def quantized(name, module, args, shapes):
+    graph = torch.export.export(module, args, dynamic_shapes=shapes).module()
+    quantizer = XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True, is_dynamic={is_dynamic})
+    )
+    prepared = prepare_pt2e(graph, quantizer)
+    for sample in samples.get(name) or [args]:
+        prepared(*sample)
+    return convert_pt2e(prepared)
+
+"""
+
+_EXPORT = """
+programs = {{}}
+for name, (module, args, *rest) in methods.items():
+    shapes = rest[0] if rest else None
+{quantize}    programs[name] = torch.export.export(module, args, dynamic_shapes=shapes)
+"""
+
+_WRITE = """
+OUT.mkdir(parents=True, exist_ok=True)
+pte = OUT / "{name}.pte"
+pte.write_bytes(manager.buffer)
+print(f"{{pte}}: sha256 {{hashlib.sha256(manager.buffer).hexdigest()}}")
+"""
+
+
+def stock_script(config: ProjectConfig, target: TargetConfig) -> str:
+    """The script's text, for the target as the config declares it."""
+    parts = [_HEADER.format(name=target.name, config=str(config.path))]
+    parts.append(_LOAD.format(root=str(config.root), entry=target.entry))
+    parts.append(_quantize(target))
+    quantize = "    module = quantized(name, module, args, shapes)\n" if target.quantize else ""
+    parts.append(_EXPORT.format(quantize=quantize))
+    parts.append(_whole_program(target) if target.whole_program else _lower(target))
+    parts.append(_emit(target))
+    parts.append(_WRITE.format(name=target.name))
+    parts.append(_data_files(target))
+    return "".join(parts)
+
+
+def _quantize(target: TargetConfig) -> str:
+    if target.quantize is None:
+        return ""
+    calibration = target.quantize.calibration
+    samples = f"load({calibration!r})()" if calibration else "{}"
+    return _QUANTIZE.format(samples=samples, is_dynamic=target.quantize.is_dynamic)
+
+
+def _lower(target: TargetConfig) -> str:
+    lines = ["", "from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower", ""]
+    if target.partitioners:
+        lines.append(f"partitioner = load({target.partitioners!r})()")
+    else:
+        imports, made = _partitioners(target)
+        lines[1:1] = imports
+        lines.append(f"partitioner = [{', '.join(made)}]")
+    passes = f"load({target.transform_passes!r})()" if target.transform_passes else "None"
+    lines += [
+        "edge = to_edge_transform_and_lower(",
+        "    programs,",
+        f"    transform_passes={passes},",
+        "    partitioner=partitioner,",
+        f"    constant_methods={_literal(target.constant_methods or None)},",
+        f"    compile_config=EdgeCompileConfig({_keywords(target.edge_compile_config)}),",
+        f"    generate_etrecord={target.etrecord!r},",
+        ")",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _partitioners(target: TargetConfig) -> tuple[list[str], list[str]]:
+    """The imports and the expressions of the target's backends' partitioners, each made with
+    the target's options as lowerd makes it (lowering/partitioners.py)."""
+    imports, made = [], []
+    for name in target.backends:
+        backend = BACKENDS[name]
+        module, _, cls = backend.partitioner.partition(":")
+        imports.append(f"from {module} import {cls}")
+        options = target.backend_options.get(name) or {}
+        option_imports, arguments = _partitioner_arguments(name, options)
+        imports += option_imports
+        made.append(f"{cls}({arguments})")
+    return imports, made
+
+
+def _partitioner_arguments(backend: str, options: dict[str, Any]) -> tuple[list[str], str]:
+    if not options:
+        return [], ""
+    if backend == "xnnpack":
+        imports, arguments = [], []
+        if "config_precisions" in options:
+            imports.append(
+                "from executorch.backends.xnnpack.partition.config.xnnpack_config import"
+                " ConfigPrecisionType"
+            )
+            members = ", ".join(
+                f"ConfigPrecisionType.{p.upper()}" for p in options["config_precisions"]
+            )
+            arguments.append(f"config_precisions=[{members}]")
+        if "per_op_mode" in options:
+            arguments.append(f"per_op_mode={bool(options['per_op_mode'])!r}")
+        return imports, ", ".join(arguments)
+    if backend == "vulkan":
+        return _vulkan_arguments(options.get("compile_options", {}))
+    if backend == "coreml":
+        return _coreml_arguments(options)
+    raise ValueError(f"backend {backend!r} takes no options")
+
+
+def _vulkan_arguments(compile_options: dict[str, Any]) -> tuple[list[str], str]:
+    imports = []
+    items = []
+    for key, value in compile_options.items():
+        if key in ("storage_type_override", "memory_layout_override"):
+            enum = "VkStorageType" if key == "storage_type_override" else "VkMemoryLayout"
+            imports.append(
+                f"from executorch.backends.vulkan.serialization.vulkan_graph_schema import {enum}"
+            )
+            items.append(f"{key!r}: {enum}.{value}")
+        elif key == "texture_limits":
+            items.append(f"{key!r}: {tuple(value)!r}")
+        else:
+            items.append(f"{key!r}: {value!r}")
+    return imports, "compile_options={" + ", ".join(items) + "}"
+
+
+def _coreml_arguments(options: dict[str, Any]) -> tuple[list[str], str]:
+    imports = [
+        "import coremltools as ct",
+        "from executorch.backends.apple.coreml.compiler import CoreMLBackend",
+    ]
+    arguments = []
+    if "compute_unit" in options:
+        arguments.append(f"compute_unit=ct.ComputeUnit.{options['compute_unit'].upper()}")
+    if "minimum_deployment_target" in options:
+        arguments.append(
+            f"minimum_deployment_target=ct.target.{options['minimum_deployment_target']}"
+        )
+    if "model_type" in options:
+        arguments.append(f"model_type=CoreMLBackend.MODEL_TYPE({options['model_type']!r})")
+    return imports, f"compile_specs=CoreMLBackend.generate_compile_specs({', '.join(arguments)})"
+
+
+def _whole_program(target: TargetConfig) -> str:
+    whole = target.whole_program or {}
+    specs = ", ".join(
+        f"CompileSpec({key!r}, {value!r}.encode())"
+        for key, value in whole.get("compile_specs", {}).items()
+    )
+    backend_module = _backend_module(whole["backend_id"])
+    return f"""
+from executorch.exir import EdgeCompileConfig, to_edge
+from executorch.exir.backend.backend_api import to_backend
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+{backend_module}
+
+class Composite(torch.nn.Module):  # ExecuTorch's documented whole-module lowering
+    def __init__(self, lowered_module):
+        super().__init__()
+        self.lowered_module = lowered_module
+
+    def forward(self, *args):
+        return self.lowered_module(*args)
+
+
+compile_config = EdgeCompileConfig({_keywords(target.edge_compile_config)})
+edge = to_edge(programs, compile_config=compile_config)
+composites = {{}}
+for name, (module, args, *rest) in methods.items():
+    lowered = to_backend({whole["backend_id"]!r}, edge.exported_program(name), [{specs}])
+    shapes = {{"args": tuple(rest[0])}} if rest and not isinstance(rest[0], dict) else None
+    if rest and isinstance(rest[0], dict):  # by the forward's parameter names, in their order
+        import inspect
+
+        names = list(inspect.signature(module.forward).parameters)[: len(args)]
+        shapes = {{"args": tuple(rest[0].get(n) for n in names)}}
+    composites[name] = torch.export.export(Composite(lowered), args, dynamic_shapes=shapes)
+edge = to_edge(
+    composites,
+    constant_methods={_literal(target.constant_methods or None)},
+    compile_config=compile_config,
+    generate_etrecord={target.etrecord!r},
+)
+"""
+
+
+def _backend_module(backend_id: str) -> str:
+    """The import that registers a known backend's BackendDetails (to_backend finds it by
+    class name among those imported)."""
+    modules = {
+        "XnnpackBackend": "import executorch.backends.xnnpack.xnnpack_preprocess  # noqa: F401",
+        "VulkanBackend": "import executorch.backends.vulkan.vulkan_preprocess  # noqa: F401",
+        "CoreMLBackend": "import executorch.backends.apple.coreml.compiler  # noqa: F401",
+    }
+    return modules.get(backend_id, f"# {backend_id}: import the module that defines it here")
+
+
+def _emit(target: TargetConfig) -> str:
+    return (
+        "\nfrom executorch.exir import ExecutorchBackendConfig\n\n"
+        "manager = edge.to_executorch("
+        f"ExecutorchBackendConfig({_keywords(target.executorch_backend_config)}))\n"
+    )
+
+
+def _data_files(target: TargetConfig) -> str:
+    """The program's external data (constants, backends' named data) and the ETRecord, named
+    as lowerd names them beside the .pte: the target's name first (ExecuTorch's
+    write_tensor_data_to_file names a file by its tag alone)."""
+    name = target.name
+    lines = [
+        "for tag, data in sorted((manager._tensor_data or {}).items()):",
+        '    default = tag == "_default_external_constant"',
+        f'    file = "{name}.ptd" if default else f"{name}.{{tag.removesuffix(\'.ptd\')}}.ptd"',
+        "    (OUT / file).write_bytes(bytes(data))",
+        '    print(f"{OUT / file}: sha256 {hashlib.sha256(bytes(data)).hexdigest()}")',
+    ]
+    if target.etrecord:
+        lines.append(f'manager.get_etrecord().save(str(OUT / "{name}.etrecord"))')
+    return "\n".join(lines) + "\n"
+
+
+def _keywords(values: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={_literal(value)}" for key, value in values.items())
+
+
+def _literal(value: Any) -> str:
+    """A Python literal of a TOML value (strings, numbers, booleans, lists, tables)."""
+    return repr(value)

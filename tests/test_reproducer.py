@@ -1,0 +1,74 @@
+"""Issue 15 §3: the stock ExecuTorch script that reproduces a target (the editor's *Copy a stock
+ExecuTorch script*, `lowerd reproduce`). The script imports ExecuTorch, never lowerd; run as a
+user runs it, it writes the bytes lowerd wrote: .pte, .ptd and all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lowerd.lowering.build import build_target
+from lowerd.project.config import ProjectConfig, load_config
+from lowerd.project.reproducer import stock_script
+from lowerd.project.result import TargetResult
+
+from helpers import PROJECTS
+from stock import forget_project_modules, importable_copy, run_stock_script
+
+TARGETS = """
+[tool.lowerd.targets.options]
+entry = "models/lookup.py:make"
+external_constants = true
+constant_methods = { vocab = 32, names = ["a", "b"] }
+[tool.lowerd.targets.options.backend_options.xnnpack]
+config_precisions = ["fp32"]
+per_op_mode = true
+[tool.lowerd.targets.options.edge_compile_config]
+_check_ir_validity = false
+[tool.lowerd.targets.options.executorch_backend_config]
+extract_delegate_segments = false
+
+[tool.lowerd.targets.int8]
+entry = "models/tiny_linear.py:make"
+quantize = { scheme = "xnnpack-int8" }
+
+[tool.lowerd.targets.whole_dynamic]
+entry = "models/dynamic.py:make"
+whole_program = { backend_id = "XnnpackBackend" }
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProjectConfig]:
+    with importable_copy(PROJECTS / "basic", tmp_path_factory.mktemp("repro") / "basic") as root:
+        lookup = PROJECTS / "datafiles" / "models" / "lookup.py"  # a table left on the CPU
+        (root / "models" / "lookup.py").write_text(lookup.read_text())
+        pyproject = root / "pyproject.toml"
+        pyproject.write_text(pyproject.read_text() + TARGETS)
+        yield load_config(pyproject)
+
+
+def lowerd_build(config: ProjectConfig, name: str) -> TargetResult:
+    forget_project_modules(config.root)
+    result = build_target(config, config.targets[name], None)
+    assert result.status == "ok", result.error
+    return result
+
+
+@pytest.mark.parametrize("name", ["two_methods", "options", "int8", "whole_dynamic"])
+def test_the_script_writes_what_lowerd_wrote(
+    project: ProjectConfig, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = lowerd_build(project, name)
+    script = stock_script(project, project.targets[name])
+    imports = [line for line in script.splitlines() if line.startswith(("import ", "from "))]
+    assert not [line for line in imports if "lowerd" in line]
+    forget_project_modules(project.root)
+    written = run_stock_script(script, tmp_path / "out", monkeypatch)
+    lowerd_files = {Path(result.output or "").name: result.sha256}
+    lowerd_files |= {Path(f.path).name: f.sha256 for f in result.data_files}
+    assert written == lowerd_files
+    if name == "options":
+        assert set(written) == {"options.pte", "options.ptd"}  # the constants went to a .ptd
