@@ -94,20 +94,43 @@ def build_in_workers(
     progress: ProgressLine | None = None,
 ) -> dict[str, TargetResult]:
     """Each target's result, built in a forked worker, up to `jobs` at once."""
-    waiting = deque(targets)
+    builds = [WorkerBuild(target.name, config, target) for target in targets]
+    return run_worker_builds(builds, use_cache, jobs, progress)
+
+
+@dataclass(frozen=True)
+class WorkerBuild:
+    """One build for a forked worker: `key` names its result (and its progress line); `config`
+    is the one it builds under, whose out_dir it writes; `backends` override the config file's
+    (a compare's, cli/compare_command.py: the worker reads the file again)."""
+
+    key: str
+    config: ProjectConfig
+    target: TargetConfig
+    backends: tuple[str, ...] | None = None
+
+
+def run_worker_builds(
+    builds: Sequence[WorkerBuild],
+    use_cache: bool,
+    jobs: int,
+    progress: ProgressLine | None = None,
+) -> dict[str, TargetResult]:
+    """Each build's result by its key, built in a forked worker, up to `jobs` at once."""
+    waiting = deque(builds)
     running: dict[int, _Worker] = {}  # event pipe -> its worker
     results: dict[str, TargetResult] = {}
     with selectors.DefaultSelector() as selector:
         try:
             while waiting or running:
                 while waiting and len(running) < jobs:
-                    target = waiting.popleft()
+                    build = waiting.popleft()
                     try:
-                        worker = _Worker.fork(config, target, use_cache, config.timeout)
+                        worker = _Worker.fork(build, use_cache)
                     except OSError as error:  # no process to be had (EAGAIN, ENOMEM)
                         message = f"no build worker could be started: {error}"
-                        failed = TargetResult.failed(target.name, "worker-crash", message)
-                        results[target.name] = failed
+                        failed = TargetResult.failed(build.target.name, "worker-crash", message)
+                        results[build.key] = failed
                         continue
                     running[worker.events] = worker
                     selector.register(worker.events, selectors.EVENT_READ)
@@ -116,11 +139,11 @@ def build_in_workers(
                     if not worker.read(progress):
                         selector.unregister(key.fd)
                         del running[key.fd]
-                        results[worker.target.name] = worker.finish(config)
+                        results[worker.build.key] = worker.finish()
                 for worker in [w for w in running.values() if w.past_deadline()]:
                     selector.unregister(worker.events)
                     del running[worker.events]
-                    results[worker.target.name] = worker.stop_at_timeout(config)
+                    results[worker.build.key] = worker.stop_at_timeout()
         finally:  # interrupted: the workers lead their own process groups, out of Ctrl-C's reach
             for worker in running.values():
                 worker.kill()
@@ -129,7 +152,7 @@ def build_in_workers(
 
 @dataclass
 class _Worker:
-    target: TargetConfig
+    build: WorkerBuild
     pid: int
     events: int  # the read end of its event pipe
     received: bytearray = field(default_factory=bytearray)
@@ -139,15 +162,23 @@ class _Worker:
     deadline: float | None = None  # time.monotonic() past which it is stopped
     peak_rss: int | None = None  # bytes, as it reported them before its result
 
+    @property
+    def target(self) -> TargetConfig:
+        return self.build.target
+
     @classmethod
-    def fork(
-        cls, config: ProjectConfig, target: TargetConfig, use_cache: bool, timeout: float | None
-    ) -> _Worker:
+    def fork(cls, build: WorkerBuild, use_cache: bool) -> _Worker:
         from lowerd.daemon.forkserver import fork_worker
 
-        # out_dir as this config has it: a Ray task builds into a folder of its own.
+        config = build.config
+        # out_dir as this config has it: a Ray task builds into a folder of its own, a compare
+        # into its backend's.
         job = WorkerJob(
-            str(config.path), target.name, use_cache=use_cache, out_dir=str(config.out_dir)
+            str(config.path),
+            build.target.name,
+            use_cache=use_cache,
+            backends=build.backends,
+            out_dir=str(config.out_dir),
         )
         read_end, write_end = os.pipe()
         try:
@@ -157,20 +188,21 @@ class _Worker:
             raise
         finally:
             os.close(write_end)  # the worker's alone: its end of the pipe closes when it ends
+        timeout = config.timeout
         deadline = time.monotonic() + timeout if timeout else None
-        return cls(target, pid, read_end, timeout=timeout, deadline=deadline)
+        return cls(build, pid, read_end, timeout=timeout, deadline=deadline)
 
     def past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
-    def stop_at_timeout(self, config: ProjectConfig) -> TargetResult:
+    def stop_at_timeout(self) -> TargetResult:
         from lowerd.daemon.entry_site import failed_at_entry
         from lowerd.daemon.workers import timeout_message
 
         self.kill()
         assert self.timeout is not None
         return failed_at_entry(
-            config, self.target.name, "worker-timeout", timeout_message(self.timeout)
+            self.build.config, self.target.name, "worker-timeout", timeout_message(self.timeout)
         )
 
     def read(self, progress: ProgressLine | None) -> bool:
@@ -198,11 +230,12 @@ class _Worker:
             elif isinstance(event, PeakRssEvent):
                 self.peak_rss = event.bytes
             elif isinstance(event, ProgressEvent) and progress:
-                progress(event.stage, self.target.name, event.detail)
+                progress(event.stage, self.build.key, event.detail)
 
-    def finish(self, config: ProjectConfig) -> TargetResult:
+    def finish(self) -> TargetResult:
         os.close(self.events)
         _, status = os.waitpid(self.pid, 0)
+        config = self.build.config
         if self.result is not None and not self.garbled:
             if self.result.ok and self.peak_rss:  # what its next build will need (a Ray task's)
                 remember_peak_rss(config, self.target, self.peak_rss)

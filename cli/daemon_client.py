@@ -87,6 +87,23 @@ def build_via_daemon(
     started = time.perf_counter()
     config = load_project(config_path)
     select_targets(config, target_names)  # a wrong name is a usage error before any daemon
+    request = BuildCall(str(config.path), tuple(target_names), use_cache, jobs)
+    final = final_via_daemon(config, request, start)
+    if not isinstance(final, FinalFrame):
+        return final
+    if final.document is None:
+        print(f"lowerd: {final.message}", file=sys.stderr)
+    else:
+        print_outcome(final.document, as_json, time.perf_counter() - started, view)
+    return exit_code(final.outcome)
+
+
+def final_via_daemon(
+    config: ProjectConfig, request: Request, start: bool
+) -> FinalFrame | int | None:
+    """Ask the project's daemon (the running one, or with `start` or `daemon = true` a new one)
+    a build or a compare, showing its progress: its final frame; an exit code when it could not
+    be asked; None when there is no daemon to use: the caller works in-process."""
     start = start or config.daemon
     try:
         status = _daemon_for(config, start)
@@ -101,7 +118,6 @@ def build_via_daemon(
         return EXIT_USAGE
     if status is None:
         return None  # none runs, none asked for: the plain in-process build, nothing to say
-    request = BuildCall(str(config.path), tuple(target_names), use_cache, jobs)
     progress = progress_printer()
     try:
         final = ask(status, request, _progress_shower(progress))
@@ -121,11 +137,7 @@ def build_via_daemon(
         message = getattr(final, "message", f"a {type(final).__name__} instead of a build's end")
         print(f"lowerd: daemon refused the request: {message}", file=sys.stderr)
         return EXIT_USAGE
-    if final.document is None:
-        print(f"lowerd: {final.message}", file=sys.stderr)
-    else:
-        print_outcome(final.document, as_json, time.perf_counter() - started, view)
-    return exit_code(final.outcome)
+    return final
 
 
 def _in_process_instead(why: Exception) -> None:

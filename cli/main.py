@@ -123,6 +123,37 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--modules", action="store_true", help="as lowerd build --modules")
     report.set_defaults(run=_run_report)
 
+    compare = commands.add_parser(
+        "compare", help="lower a target with each backend alone and show them side by side"
+    )
+    compare.add_argument("target", metavar="TARGET", help="the target to compare")
+    compare.add_argument(
+        "--backends",
+        metavar="B1,B2",
+        help="backends to compare, comma-separated (default: every known one: "
+        "xnnpack,vulkan,coreml)",
+    )
+    compare.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    compare.add_argument("--json", action="store_true", help="print it as one JSON document")
+    compare.add_argument(
+        "--no-cache", action="store_true", help="preprocess every partition afresh"
+    )
+    compare.add_argument(
+        "--jobs",
+        "-j",
+        type=_positive_int,
+        help="backends lowered at once in this process (default: the number of cores; a daemon "
+        "runs as many as it has workers)",
+    )
+    compare_where = compare.add_mutually_exclusive_group()
+    compare_where.add_argument(
+        "--daemon", action="store_true", help="compare through the project's daemon, starting it"
+    )
+    compare_where.add_argument(
+        "--no-daemon", action="store_true", help="compare in this process, even if a daemon runs"
+    )
+    compare.set_defaults(run=_run_compare)
+
     explain = commands.add_parser("explain", help="why the last build of targets did what it did")
     explain.add_argument(
         "targets", nargs="*", metavar="TARGET", help="targets to explain (default all)"
@@ -247,6 +278,20 @@ def _run_explain(args: argparse.Namespace) -> int:
     else:
         print("\n".join(line for target in document["targets"] for line in target["lines"]))
     return EXIT_OK
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    from lowerd.compare_command import run_compare
+
+    return run_compare(
+        config_path=args.config,
+        target_name=args.target,
+        backends=args.backends,
+        as_json=args.json,
+        use_cache=not args.no_cache,
+        jobs=args.jobs or os.cpu_count() or 1,
+        daemon=True if args.daemon else False if args.no_daemon else None,
+    )
 
 
 def _run_report(args: argparse.Namespace) -> int:

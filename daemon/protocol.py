@@ -6,6 +6,8 @@ The private socket (daemon/rpc.py; cli/daemon_client.py), one request per connec
     build   {"op": "build", "config", "targets", "use_cache", "jobs"}
             -> {"type": "progress", "target", "stage", "detail"}...
             -> {"type": "final", "document", "outcome", "message"}
+    compare {"op": "compare", "config", "target", "backends", "use_cache"}
+            -> progress... -> final (the document: project/compare_result.py CompareResult)
     status  {"op": "status"} -> {"type": "status", "status", "builds", "peaks"}
     stop    {"op": "stop"}   -> {"type": "stopping"}
     refused, malformed or unknown -> {"type": "error", "message"}
@@ -72,6 +74,28 @@ class BuildCall:
 
 
 @dataclass(frozen=True)
+class CompareCall:
+    """A client's `lowerd compare`: the target built once per backend (every field checked by
+    rpc.parse_request); answered like a build, the final frame's document being the compare's
+    (project/compare_result.py)."""
+
+    config: str  # the project's pyproject.toml
+    target: str
+    backends: tuple[str, ...] = ()  # none: every known backend
+    use_cache: bool = True
+    op: Literal["compare"] = field(default="compare", init=False)
+
+    def to_frame(self) -> Frame:
+        return {
+            "op": "compare",
+            "config": self.config,
+            "target": self.target,
+            "backends": list(self.backends),
+            "use_cache": self.use_cache,
+        }
+
+
+@dataclass(frozen=True)
 class StatusCall:
     op: Literal["status"] = field(default="status", init=False)
 
@@ -87,7 +111,7 @@ class StopCall:
         return {"op": "stop"}
 
 
-Request = BuildCall | StatusCall | StopCall
+Request = BuildCall | CompareCall | StatusCall | StopCall
 
 
 # Replies (daemon -> client) -------------------------------------------------------------------

@@ -10,6 +10,8 @@ connection, each request and reply typed in daemon/protocol.py:
     build   {"op": "build", "config": str, "targets": [str], "use_cache": bool, "jobs": int >= 1}
             -> {"type": "progress", "target", "stage", "detail"}...
             -> {"type": "final", "document", "outcome": "ok"|"target_failed"|"usage", "message"}
+    compare {"op": "compare", "config": str, "target": str, "backends": [str], "use_cache": bool}
+            -> progress... -> final (its document: project/compare_result.py CompareResult)
     status  {"op": "status"} -> {"type": "status", "status", "builds", "peaks"}
     stop    {"op": "stop"}   -> {"type": "stopping"}
     refused, malformed or unknown -> {"type": "error", "message"}
@@ -30,14 +32,16 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict
 from typing import Any
 
 from lowerd.daemon.build_service import BuildService
+from lowerd.daemon.compare_service import CompareService
 from lowerd.daemon.frames import FrameError, encode_frame, read_frame_async
 from lowerd.daemon.protocol import (
     BuildCall,
+    CompareCall,
     ErrorFrame,
     FinalFrame,
     ProgressFrame,
@@ -73,6 +77,7 @@ class RequestError(Exception):
 
 
 _BUILD_FIELDS = frozenset({"op", "config", "targets", "use_cache", "jobs"})
+_COMPARE_FIELDS = frozenset({"op", "config", "target", "backends", "use_cache"})
 
 
 def parse_request(frame: dict[str, Any]) -> Request:
@@ -88,10 +93,21 @@ def parse_request(frame: dict[str, Any]) -> Request:
             use_cache=_boolean(frame.get("use_cache", True), "use_cache"),
             jobs=_positive_int(frame.get("jobs", 1), "jobs"),
         )
+    if op == "compare":
+        _only_fields(frame, _COMPARE_FIELDS)
+        for name in ("config", "target"):
+            if name not in frame:
+                raise RequestError(f"{name}: missing")
+        return CompareCall(
+            config=_string(frame["config"], "config"),
+            target=_string(frame["target"], "target"),
+            backends=_strings(frame.get("backends", []), "backends"),
+            use_cache=_boolean(frame.get("use_cache", True), "use_cache"),
+        )
     if op in ("status", "stop"):
         _only_fields(frame, frozenset({"op"}))
         return StatusCall() if op == "status" else StopCall()
-    raise RequestError(f"op: unknown request {_shown(op)}; expected build, status or stop")
+    raise RequestError(f"op: unknown request {_shown(op)}; expected build, compare, status or stop")
 
 
 def _only_fields(frame: dict[str, Any], known: frozenset[str]) -> None:
@@ -140,6 +156,7 @@ class RpcServer:
     ):
         self.config = config
         self.service = service
+        self.compare = CompareService(service.pool)  # the same warm workers as builds
         self.kind = kind  # "headless", or "lsp": then `stop` is refused, the editor owns it
         self.on_stop = on_stop
         self.paths: DaemonPaths | None = None
@@ -217,6 +234,8 @@ class RpcServer:
             return
         if isinstance(request, BuildCall):
             await self._build(request, reader, writer)
+        elif isinstance(request, CompareCall):
+            await self._compare(request, reader, writer)
         elif isinstance(request, StatusCall):
             status = asdict(self.status) if self.status is not None else {}
             builds, peaks = tuple(self.service.builds()), tuple(self.service.peaks())
@@ -231,26 +250,54 @@ class RpcServer:
     async def _build(
         self, request: BuildCall, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        def send(frame: ProgressFrame) -> None:
-            if not writer.is_closing():
-                writer.write(encode_frame(frame.to_frame()))
-
-        build = asyncio.create_task(
-            self.service.build(
-                request.config, list(request.targets), request.use_cache, request.jobs, send
-            )
+        build = self.service.build(
+            request.config, list(request.targets), request.use_cache, request.jobs, _sender(writer)
         )
-        gone = asyncio.create_task(_until_closed(reader))
-        try:
-            await asyncio.wait({build, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not build.done():  # the client went away, or the daemon is closing
-                build.cancel()
-                await asyncio.gather(build, return_exceptions=True)
-            gone.cancel()
-        if build.cancelled():
-            return
-        await _reply(writer, _final_frame(build))
+        await _answer_while_connected(build, reader, writer)
+
+    async def _compare(
+        self, request: CompareCall, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        async def compare() -> tuple[dict[str, Any], Outcome]:
+            compared, outcome = await self.compare.compare(
+                request.config,
+                request.target,
+                request.backends or None,
+                request.use_cache,
+                _sender(writer),
+            )
+            return compared.to_json(), outcome
+
+        await _answer_while_connected(compare(), reader, writer)
+
+
+def _sender(writer: asyncio.StreamWriter) -> Callable[[ProgressFrame], None]:
+    def send(frame: ProgressFrame) -> None:
+        if not writer.is_closing():
+            writer.write(encode_frame(frame.to_frame()))
+
+    return send
+
+
+async def _answer_while_connected(
+    work: Coroutine[Any, Any, tuple[dict[str, Any], Outcome]],
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> None:
+    """Run a build's or compare's work and send its final frame; a client that goes away first
+    cancels it (and so its workers)."""
+    build = asyncio.create_task(work)
+    gone = asyncio.create_task(_until_closed(reader))
+    try:
+        await asyncio.wait({build, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not build.done():  # the client went away, or the daemon is closing
+            build.cancel()
+            await asyncio.gather(build, return_exceptions=True)
+        gone.cancel()
+    if build.cancelled():
+        return
+    await _reply(writer, _final_frame(build))
 
 
 def _final_frame(build: asyncio.Task[tuple[dict[str, Any], Outcome]]) -> FinalFrame:

@@ -61,6 +61,9 @@ class BuildRequest:
     memory_limit: int | None = None  # bytes of address space (RLIMIT_AS)
     use_cache: bool = True
     backends: tuple[str, ...] | None = None  # the editor's override of the config's backends
+    # Where the outputs and build record go instead of the config's out_dir: a compare's
+    # private folder (project/compare.py), never the target's real .pte.
+    out_dir: str | None = None
 
 
 @dataclass
@@ -278,6 +281,7 @@ class _ForkServer:
             use_cache=request.use_cache,
             backends=request.backends,
             warm_libraries=True,
+            out_dir=request.out_dir,
         )
         started = self._expect("started", handle.build_id)
         message = msgpack.packb(job.to_frame(), use_bin_type=True)

@@ -62,22 +62,33 @@ class Batch:
         document = {
             "config": str(self.config.path),
             "targets": [result.to_json() for result in results],
-            "warnings": self._cache_warnings(results) + remote_warnings(results),
+            "warnings": cache_warnings(self.config, self.use_cache, results),
         }
         failed = any(not result.ok for result in results)
         return document, "target_failed" if failed else "ok"
 
-    def _cache_warnings(self, results: list[TargetResult]) -> list[str]:
-        """Trim the cache to its cap, and say what of it could not be used.
 
-        Only a build that missed can have stored blobs, or found the cache unusable: a store
-        that cannot be written makes every partition a miss ("uncached"). The store notes its
-        I/O errors instead of raising them, so the .pte already written stands.
-        """
-        if not self.use_cache or not any(result.cache.misses for result in results):
-            return []
-        store = store_for(self.config)
-        if store.check() is not None:
-            return [f"{line}; built without it" for line in store.warnings()]
-        store.enforce_limit()
-        return store.warnings()
+def cache_warnings(
+    config: ProjectConfig, use_cache: bool, results: list[TargetResult]
+) -> list[str]:
+    """What of the blob cache, or of its remote tier, a build's results (or a compare's,
+    project/compare.py) could not use; the local store is trimmed to its cap first."""
+    return _store_warnings(config, use_cache, results) + remote_warnings(results)
+
+
+def _store_warnings(
+    config: ProjectConfig, use_cache: bool, results: list[TargetResult]
+) -> list[str]:
+    """Trim the cache to its cap, and say what of it could not be used.
+
+    Only a build that missed can have stored blobs, or found the cache unusable: a store
+    that cannot be written makes every partition a miss ("uncached"). The store notes its
+    I/O errors instead of raising them, so the .pte already written stands.
+    """
+    if not use_cache or not any(result.cache.misses for result in results):
+        return []
+    store = store_for(config)
+    if store.check() is not None:
+        return [f"{line}; built without it" for line in store.warnings()]
+    store.enforce_limit()
+    return store.warnings()
