@@ -11,15 +11,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from lowerd.daemon.protocol import ProgressEvent, ProgressFrame, WorkerEvent
 from lowerd.daemon.workers import BuildRequest, WorkerPool
 from lowerd.project.batch import Outcome
 from lowerd.project.compare import CompareBatch
 from lowerd.project.compare_result import CompareResult
+from lowerd.project.config import ProjectConfig
+from lowerd.project.errors import LowerdError
 from lowerd.project.result import TargetResult
 
 SendFrame = Callable[[ProgressFrame], None]
+# The language server's command: arguments [target, backends?] (a list of names or "a,b"); the
+# editors' "Compare backends" (lowerd.compareBackends) call it and show the answer as a table.
+COMPARE = "lowerd.compare"
 
 
 class CompareService:
@@ -30,7 +36,7 @@ class CompareService:
         self,
         config_path: str,
         target: str,
-        backends: Sequence[str] | None,
+        backends: str | Sequence[str] | None,
         use_cache: bool = True,
         send: SendFrame | None = None,
         memory_limit: int | None = None,
@@ -79,3 +85,35 @@ class CompareService:
         except asyncio.CancelledError:
             handle.cancel()
             raise
+
+
+async def compare_answer(
+    pool: WorkerPool | None,
+    config: ProjectConfig | None,
+    arguments: Sequence[Any],
+    memory_limit: int | None = None,
+) -> dict[str, Any]:
+    """The language server's answer: what `lowerd compare --json` prints, or `error` (with no
+    backends) when there is nothing to compare."""
+    target = str(arguments[0]) if arguments else ""
+    failed: dict[str, Any] = {"target": target, "backends": [], "warnings": []}
+    if pool is None or config is None:
+        return {**failed, "error": "no lowerd project is loaded"}
+    if not target:
+        return {**failed, "error": "which target? lowerd.compare takes [target, backends?]"}
+    backends = _backends_argument(arguments[1] if len(arguments) > 1 else None)
+    try:
+        compared, _ = await CompareService(pool).compare(
+            str(config.path), target, backends, memory_limit=memory_limit
+        )
+    except LowerdError as error:
+        return {**failed, "config": str(config.path), "error": str(error)}
+    return compared.to_json()
+
+
+def _backends_argument(raw: Any) -> str | list[str] | None:
+    """The command's backends: "xnnpack,vulkan" or a list of names; None (every known one) when
+    not given."""
+    if isinstance(raw, list):
+        return [str(name) for name in raw] or None
+    return str(raw) if raw else None

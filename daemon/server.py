@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 from lsprotocol import types
 from pygls.uris import from_fs_path, to_fs_path
 
+from lowerd.daemon.compare_service import COMPARE, compare_answer
 from lowerd.daemon.diagnostics import SOURCE, read_lines_from_disk
 from lowerd.daemon.editor_view import (
     BUILD,
@@ -270,6 +271,12 @@ def create_server(workers: int = 2) -> LowerdServer:
     @server.command(EXPLAIN)  # "Explain this rebuild": what `lowerd explain --json` prints
     def explain(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
         return explain_answer(ls.session.config, _names(arguments))
+
+    @server.command(COMPARE)  # [target, backends?]: what `lowerd compare --json` prints
+    async def compare(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
+        session = ls.session
+        limit = session.settings.memory_limit
+        return await compare_answer(session.pool, session.config, arguments, limit)
 
     return server
 

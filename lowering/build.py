@@ -16,7 +16,7 @@ import hashlib
 import io
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -29,7 +29,7 @@ from lowerd.lowering.export_output import export_output_held
 from lowerd.lowering.inputs import InputRecorder
 from lowerd.lowering.program_fingerprint import ProgramFingerprint, fingerprint, moved_lines
 from lowerd.lowering.rebuild_facts import kept_partitions, lowered_partitions
-from lowerd.project.backends import BACKENDS, backend_by_details_class
+from lowerd.project.backends import BACKENDS, Backend, backend_by_details_class
 from lowerd.project.build_state import (
     FileStamp,
     TargetState,
@@ -45,7 +45,13 @@ from lowerd.project.build_state import (
     target_inputs_digest,
 )
 from lowerd.project.config import ProjectConfig, TargetConfig
-from lowerd.project.errors import EntryError, ExportError, LowerdError, LoweringError
+from lowerd.project.errors import (
+    BackendUnavailableError,
+    EntryError,
+    ExportError,
+    LowerdError,
+    LoweringError,
+)
 from lowerd.project.rebuild_record import (
     INPUTS_CHANGED,
     PartitionFacts,
@@ -446,19 +452,31 @@ class _TargetBuilder:
     def _partitioners(self, reasons: Any) -> tuple[list[Any], list[str]]:
         """The partitioners, watched for their reasons, and the display names of their backends
         (a known backend by its name, another by its backend id)."""
-        from lowerd.lowering.partitioners import make_partitioner
-
         if self.custom_partitioners is not None:
             partitioners = self.custom_partitioners
             displays = [_display_of(partitioner) for partitioner in partitioners]
         else:
             backends = [BACKENDS[name] for name in self.target.backends]
             options = self.target.backend_options
-            partitioners = [make_partitioner(b, options.get(b.name)) for b in backends]
+            partitioners = [self._partitioner(b, options.get(b.name)) for b in backends]
             displays = [b.display for b in backends]
         for partitioner, display in zip(partitioners, displays, strict=True):
             reasons.watch(partitioner, display)
         return partitioners, displays
+
+    def _partitioner(self, backend: Backend, options: Mapping[str, Any] | None) -> Any:
+        """The backend's partitioner; one whose package is not installed (coremltools) is an
+        error at the target's table, instead of a traceback from the import."""
+        from lowerd.lowering.partitioners import make_partitioner
+
+        try:
+            return make_partitioner(backend, options)
+        except ImportError as error:
+            raise BackendUnavailableError(
+                f"{backend.display}'s partitioner cannot be loaded: {error}",
+                self.config.path,
+                self.target.line,
+            ) from error
 
     def _lower(self, exported: dict[str, Any]) -> tuple[Any, dict[str, MethodReport], Any]:
         if self.target.whole_program:

@@ -66,3 +66,10 @@ class LoweringError(LowerdError):
     """ExecuTorch's partitioner, a backend's preprocess or the emitter failed."""
 
     kind = "lowering-error"
+
+
+class BackendUnavailableError(LoweringError):
+    """A backend's partitioner cannot be imported here (CoreML's without coremltools): the
+    backend's fault, not the model's. `lowerd compare` shows it as that backend's column."""
+
+    kind = "backend-unavailable"
