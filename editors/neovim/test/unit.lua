@@ -276,5 +276,21 @@ test("find_root walks up to the nearest lowerd project", function()
   equal(project.target_names(tmp .. "/outer/proj"), { "net", "b-2" })
 end)
 
+test("explain_lines: each target's printed lines, or the server's error", function()
+  equal(report.explain_lines({ targets = {
+    { name = "net", lines = { "net: rebuilt 1 of 2 partitions (1 from the cache)", "  models/net.py changed (line 4)" } },
+  } }), { "net: rebuilt 1 of 2 partitions (1 from the cache)", "  models/net.py changed (line 4)" })
+  equal(report.explain_lines({ targets = {}, error = "no lowerd project is loaded" }),
+    { "lowerd: no lowerd project is loaded" })
+  equal(report.explain_lines({ targets = {} }), { "lowerd: nothing to explain" })
+end)
+
+test("item_at finds the quickfix item of the op a code action is about", function()
+  local items = report.quickfix(RESULT, "/p")
+  local index = report.item_at(items, items[#items].filename, items[#items].lnum)
+  equal(index ~= nil and items[index].lnum == items[#items].lnum, true)
+  equal(report.item_at(items, "/p/elsewhere.py", 1), nil)
+end)
+
 io.stdout:write(string.format("%d passed, %d failed\n", passed, #failures))
 vim.cmd(#failures == 0 and "qall!" or "cquit! 1")

@@ -17,6 +17,7 @@ import { probeLowerd, probeMessage } from "./probe";
 import { ProgressTracker } from "./progress";
 import { onInterpreterChanged, selectedInterpreter, hasPythonExtension } from "./python";
 import { parseReport, type Report } from "./report";
+import { type Answer, explanationText, stockScriptText } from "./answers";
 import { ReportPanel } from "./reportPanel";
 import { LowerdServer } from "./server";
 import { readServerSettings, RESTART_SETTINGS } from "./settings";
@@ -30,10 +31,20 @@ export const COMMANDS = {
   showReport: "lowerd.showReport",
   restart: "lowerd.restartServer",
   clearCache: "lowerd.clearCache",
+  // Behind the code actions on lowerd's diagnostics (daemon/editor_view.py code_actions).
+  showInReport: "lowerd.showInReport",
+  explainRebuild: "lowerd.explainRebuild",
+  copyStockScript: "lowerd.copyStockScript",
 } as const;
 
 /** The server's own workspace/executeCommand commands. */
-const SERVER = { build: "lowerd.build", buildAll: "lowerd.buildAll", report: "lowerd.report" };
+const SERVER = {
+  build: "lowerd.build",
+  buildAll: "lowerd.buildAll",
+  report: "lowerd.report",
+  explain: "lowerd.explain",
+  stockScript: "lowerd.stockScript",
+};
 
 const INSTALL = "Install instructions";
 const SELECT_INTERPRETER = "Select interpreter";
@@ -283,6 +294,43 @@ export class Controller implements vscode.Disposable {
     this.panel.show(report, this.root, this.progress.describe(), target);
   }
 
+  /** The report, scrolled to the target and the op rows made at the diagnostic's line. */
+  async showInReport(target: string, uri: string, line: number): Promise<void> {
+    if (!this.root) {
+      return;
+    }
+    const report = (await this.fetchReport()) ?? parseReport({});
+    const file = path.relative(this.root, vscode.Uri.parse(uri).fsPath).split(path.sep).join("/");
+    this.panel.show(report, this.root, this.progress.describe(), target, { file, line });
+  }
+
+  /** `lowerd explain` for the target, in a Markdown document beside the code. */
+  async explainRebuild(target: string): Promise<void> {
+    const text = await this.ask(SERVER.explain, [target], explanationText);
+    if (text !== undefined) {
+      const document = await vscode.workspace.openTextDocument({ content: text, language: "markdown" });
+      await vscode.window.showTextDocument(document, { viewColumn: vscode.ViewColumn.Beside, preview: true });
+    }
+  }
+
+  /** The stock ExecuTorch script that reproduces the target, on the clipboard. */
+  async copyStockScript(target: string): Promise<void> {
+    const script = await this.ask(SERVER.stockScript, [target], stockScriptText);
+    if (script === undefined) {
+      return;
+    }
+    await vscode.env.clipboard.writeText(script);
+    const open = "Open";
+    const choice = await vscode.window.showInformationMessage(
+      `lowerd: copied a stock ExecuTorch script for ${target}; run it with the project's Python: it writes ${target}.pte with lowerd's sha256.`,
+      open,
+    );
+    if (choice === open) {
+      const document = await vscode.workspace.openTextDocument({ content: script, language: "python" });
+      await vscode.window.showTextDocument(document);
+    }
+  }
+
   async clearCache(): Promise<void> {
     if (!this.root || !this.interpreter) {
       return;
@@ -303,7 +351,7 @@ export class Controller implements vscode.Disposable {
     });
   }
 
-  private async pickTarget(): Promise<string | undefined> {
+  async pickTarget(): Promise<string | undefined> {
     const fromReport = this.report?.targets.map((t) => t.name) ?? [];
     const declared = this.root ? await declaredTargets(this.root) : [];
     const names = [...new Set([...declared, ...fromReport])];
@@ -316,6 +364,21 @@ export class Controller implements vscode.Disposable {
       return { label: name, description: result ? result.status : "not built yet" };
     });
     return (await vscode.window.showQuickPick(items, { placeHolder: "Target to build" }))?.label;
+  }
+
+  /** A server command's answer read by `read`; undefined (and said) when it failed. */
+  private async ask(command: string, args: unknown[], read: (answer: unknown) => Answer): Promise<string | undefined> {
+    let answer: Answer;
+    try {
+      answer = read(await this.server.executeCommand(command, args));
+    } catch (error) {
+      answer = { error: error instanceof Error ? error.message : String(error) };
+    }
+    if ("error" in answer) {
+      void vscode.window.showErrorMessage(`lowerd: ${answer.error}`);
+      return undefined;
+    }
+    return answer.text;
   }
 
   private async run(action: () => Promise<unknown>): Promise<void> {

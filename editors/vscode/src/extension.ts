@@ -18,6 +18,23 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand(COMMANDS.showReport, () => active.showReport()),
     vscode.commands.registerCommand(COMMANDS.restart, () => active.restart()),
     vscode.commands.registerCommand(COMMANDS.clearCache, () => active.clearCache()),
+    vscode.commands.registerCommand(COMMANDS.showInReport, (target: unknown, uri: unknown, line: unknown) =>
+      typeof target === "string" && typeof uri === "string" && typeof line === "number"
+        ? active.showInReport(target, uri, line)
+        : active.showReport(),
+    ),
+    vscode.commands.registerCommand(COMMANDS.explainRebuild, async (target?: unknown) => {
+      const name = typeof target === "string" ? target : await active.pickTarget();
+      if (name) {
+        await active.explainRebuild(name);
+      }
+    }),
+    vscode.commands.registerCommand(COMMANDS.copyStockScript, async (target?: unknown) => {
+      const name = typeof target === "string" ? target : await active.pickTarget();
+      if (name) {
+        await active.copyStockScript(name);
+      }
+    }),
   );
   await active.activate();
 }

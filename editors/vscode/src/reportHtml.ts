@@ -30,6 +30,8 @@ export interface PageOptions {
   building?: string | undefined;
   /** A target to scroll to. */
   focus?: string | undefined;
+  /** Within it, the op rows made at this line of this file (relative to the root) to mark. */
+  focusSource?: { file: string; line: number } | undefined;
 }
 
 export function escapeHtml(text: string): string {
@@ -374,6 +376,7 @@ a.source:hover { text-decoration: underline; }
 details { margin: 6px 0 10px; }
 summary { cursor: pointer; font-weight: 600; }
 tr.full td { color: var(--vscode-descriptionForeground, #656d76); }
+tr.focused td { background: var(--vscode-editor-findMatchHighlightBackground, #fff8c5); }
 .building { color: var(--vscode-charts-blue, #0969da); }
 .all-delegated { color: var(--vscode-charts-green, #1a7f37); }
 `;
@@ -381,7 +384,16 @@ tr.full td { color: var(--vscode-descriptionForeground, #656d76); }
 const SCRIPT = `
 const vscode = typeof acquireVsCodeApi === "function" ? acquireVsCodeApi() : undefined;
 const focus = document.body.dataset.focus;
-if (focus) document.getElementById("target-" + focus)?.scrollIntoView();
+const section = focus ? document.getElementById("target-" + focus) : null;
+section?.scrollIntoView();
+const { focusFile, focusLine } = document.body.dataset;
+if (section && focusFile && focusLine) {
+  const links = [...section.querySelectorAll("a.source")].filter(
+    (link) => link.dataset.file === focusFile && link.dataset.line === focusLine,
+  );
+  for (const link of links) link.closest("tr")?.classList.add("focused");
+  links[0]?.scrollIntoView({ block: "center" });
+}
 document.addEventListener("click", (event) => {
   const link = event.target instanceof Element ? event.target.closest("a.source") : null;
   if (!link) return;
@@ -389,6 +401,18 @@ document.addEventListener("click", (event) => {
   if (vscode) vscode.postMessage({ type: "open", file: link.dataset.file, line: Number(link.dataset.line) });
 });
 `;
+
+function bodyData(options: PageOptions): string {
+  const data = [];
+  if (options.focus) {
+    data.push(` data-focus="${escapeHtml(options.focus)}"`);
+  }
+  if (options.focusSource) {
+    data.push(` data-focus-file="${escapeHtml(options.focusSource.file)}"`);
+    data.push(` data-focus-line="${options.focusSource.line}"`);
+  }
+  return data.join("");
+}
 
 export function renderReportPage(report: Report, options: PageOptions): string {
   const csp = [
@@ -416,7 +440,7 @@ export function renderReportPage(report: Report, options: PageOptions): string {
 <meta http-equiv="Content-Security-Policy" content="${csp}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>lowerd report</title><style>${STYLE}</style></head>
-<body${options.focus ? ` data-focus="${escapeHtml(options.focus)}"` : ""}><h1>lowerd delegation report</h1><p class="subtitle">${escapeHtml(options.projectName)}</p>
+<body${bodyData(options)}><h1>lowerd delegation report</h1><p class="subtitle">${escapeHtml(options.projectName)}</p>
 ${building}${configError}${targets}
 <script nonce="${options.nonce}">${SCRIPT}</script></body></html>
 `;

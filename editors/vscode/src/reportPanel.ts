@@ -28,7 +28,13 @@ export class ReportPanel implements vscode.Disposable {
     return this.panel !== undefined;
   }
 
-  show(report: Report, root: string, building?: string, focus?: string): void {
+  show(
+    report: Report,
+    root: string,
+    building?: string,
+    focus?: string,
+    focusSource?: { file: string; line: number },
+  ): void {
     this.root = root;
     if (!this.panel) {
       this.panel = vscode.window.createWebviewPanel(
@@ -42,10 +48,16 @@ export class ReportPanel implements vscode.Disposable {
     } else {
       this.panel.reveal(undefined, true);
     }
-    this.update(report, root, building, focus);
+    this.update(report, root, building, focus, focusSource);
   }
 
-  update(report: Report, root: string, building?: string, focus?: string): void {
+  update(
+    report: Report,
+    root: string,
+    building?: string,
+    focus?: string,
+    focusSource?: { file: string; line: number },
+  ): void {
     if (!this.panel) {
       return;
     }
@@ -56,6 +68,7 @@ export class ReportPanel implements vscode.Disposable {
       projectName: path.basename(root),
       building,
       focus,
+      focusSource,
     });
   }
 

@@ -103,6 +103,13 @@ describe("focus", () => {
     expect(page).toContain('<body data-focus="two_methods">');
     expect(page).toContain('document.getElementById("target-" + focus)');
   });
+
+  it("marks the rows of the op a code action's diagnostic is about", () => {
+    const focusSource = { file: "models/refused.py", line: 16 };
+    const page = renderReportPage(fixtureReport(), { ...OPTIONS, focus: "refused", focusSource });
+    expect(page).toContain('<body data-focus="refused" data-focus-file="models/refused.py" data-focus-line="16">');
+    expect(page).toContain('link.closest("tr")?.classList.add("focused")');
+  });
 });
 
 describe("paths", () => {

@@ -284,34 +284,97 @@ function M.report()
   end)
 end
 
-local MODULES_BUFFER = "lowerd://modules"
+-- Opens (or refreshes) the scratch buffer `name` with lines, in a split at the bottom.
+local function show_scratch(name, lines)
+  vim.schedule(function()
+    local bufnr = vim.fn.bufnr(name)
+    if bufnr == -1 then
+      bufnr = vim.api.nvim_create_buf(false, true)
+      vim.api.nvim_buf_set_name(bufnr, name)
+      vim.bo[bufnr].bufhidden = "hide"
+    end
+    vim.bo[bufnr].modifiable = true
+    vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, lines)
+    vim.bo[bufnr].modifiable = false
+    local window = vim.fn.bufwinid(bufnr)
+    if window == -1 then
+      vim.cmd("botright split")
+      vim.api.nvim_win_set_buf(0, bufnr)
+    else
+      vim.api.nvim_set_current_win(window)
+    end
+  end)
+end
+M.show_scratch = show_scratch
 
 -- Opens (or refreshes) a scratch buffer with the coverage per module of each target and method.
 function M.modules()
   with_client(function(client)
     execute(client, "lowerd.report", {}, function(result)
       state.reports[client.config.root_dir] = result
+      show_scratch("lowerd://modules", report.module_lines(result))
+    end)
+  end)
+end
+
+-- Why the last build of the target did what it did (`lowerd explain`), in a scratch buffer.
+function M.explain(target)
+  with_client(function(client)
+    execute(client, "lowerd.explain", target and { target } or {}, function(result)
+      show_scratch("lowerd://explain", report.explain_lines(result))
+    end)
+  end)
+end
+
+-- The stock ExecuTorch script that reproduces the target, in the + and " registers.
+function M.copy_stock_script(target)
+  with_client(function(client)
+    execute(client, "lowerd.stockScript", { target }, function(result)
+      if type(result) ~= "table" or type(result.script) ~= "string" then
+        notify((type(result) == "table" and result.error) or "no script", vim.log.levels.ERROR)
+        return
+      end
       vim.schedule(function()
-        local bufnr = vim.fn.bufnr(MODULES_BUFFER)
-        if bufnr == -1 then
-          bufnr = vim.api.nvim_create_buf(false, true)
-          vim.api.nvim_buf_set_name(bufnr, MODULES_BUFFER)
-          vim.bo[bufnr].bufhidden = "hide"
-        end
-        vim.bo[bufnr].modifiable = true
-        vim.api.nvim_buf_set_lines(bufnr, 0, -1, false, report.module_lines(result))
-        vim.bo[bufnr].modifiable = false
-        local window = vim.fn.bufwinid(bufnr)
-        if window == -1 then
-          vim.cmd("botright split")
-          vim.api.nvim_win_set_buf(0, bufnr)
-        else
-          vim.api.nvim_set_current_win(window)
+        pcall(vim.fn.setreg, "+", result.script)
+        vim.fn.setreg('"', result.script)
+        notify("copied a stock ExecuTorch script for " .. target
+          .. "; run it with the project's Python: it writes " .. target .. ".pte with lowerd's sha256")
+      end)
+    end)
+  end)
+end
+
+-- The report's quickfix list, at the op made at file:line (what a code action is about).
+function M.show_in_report(target, uri, line)
+  with_client(function(client)
+    execute(client, "lowerd.report", {}, function(result)
+      local root = client.config.root_dir
+      state.reports[root] = result
+      local items = report.quickfix(result, root)
+      vim.fn.setqflist({}, " ", { title = "lowerd report: " .. target, items = items })
+      local index = report.item_at(items, vim.uri_to_fname(uri), line)
+      vim.schedule(function()
+        vim.cmd("copen")
+        if index then
+          vim.cmd("cc " .. index)
         end
       end)
     end)
   end)
 end
+
+-- The commands behind the server's code actions (daemon/editor_view.py code_actions).
+local CODE_ACTION_COMMANDS = {
+  ["lowerd.showInReport"] = function(arguments)
+    M.show_in_report(arguments[1], arguments[2], arguments[3])
+  end,
+  ["lowerd.explainRebuild"] = function(arguments)
+    M.explain(arguments[1])
+  end,
+  ["lowerd.copyStockScript"] = function(arguments)
+    M.copy_stock_script(arguments[1])
+  end,
+}
 
 -- The library lines that made the refused ops of the cursor's line (the relatedInformation of
 -- lowerd's diagnostics there) in the location list; jumps to the first. Returns the items.
@@ -393,6 +456,17 @@ function M.setup(options)
   vim.api.nvim_create_user_command("LowerdRelated", M.related,
     { desc = "lowerd: the library lines that made this line's refused ops" })
   vim.api.nvim_create_user_command("LowerdRestart", M.restart, { desc = "lowerd: restart the server" })
+  vim.api.nvim_create_user_command("LowerdExplain", function(args)
+    M.explain(args.args ~= "" and args.args or nil)
+  end, { nargs = "?", complete = complete_targets, desc = "lowerd: why the last build did what it did" })
+  vim.api.nvim_create_user_command("LowerdStockScript", function(args)
+    M.copy_stock_script(args.args)
+  end, { nargs = 1, complete = complete_targets, desc = "lowerd: copy a stock ExecuTorch script" })
+  for name, run in pairs(CODE_ACTION_COMMANDS) do
+    vim.lsp.commands[name] = function(command)
+      run(command.arguments or {})
+    end
+  end
   -- Buffers opened before setup() (e.g. `nvim model.py` with setup in a later plugin file).
   for _, bufnr in ipairs(vim.api.nvim_list_bufs()) do
     if vim.api.nvim_buf_is_loaded(bufnr)

@@ -437,4 +437,32 @@ function M.build_summary(result)
   return #parts > 0 and table.concat(parts, ", ") or "nothing built"
 end
 
+-- The lines of a lowerd.explain answer (the `lowerd explain` text of each target), or the
+-- error it gives.
+function M.explain_lines(result)
+  if type(result) ~= "table" then
+    return { "lowerd: lowerd.explain gave no answer" }
+  end
+  if type(result.error) == "string" and result.error ~= "" then
+    return { "lowerd: " .. result.error }
+  end
+  local lines = {}
+  for _, target in ipairs(result.targets or {}) do
+    for _, line in ipairs(target.lines or {}) do
+      table.insert(lines, line)
+    end
+  end
+  return #lines > 0 and lines or { "lowerd: nothing to explain" }
+end
+
+-- The quickfix item of a report's list at file:line (the op a code action is about), if any.
+function M.item_at(items, filename, lnum)
+  for index, item in ipairs(items) do
+    if item.filename == filename and item.lnum == lnum then
+      return index
+    end
+  end
+  return nil
+end
+
 return M
