@@ -39,4 +39,3 @@ def add_remote_counts(root: Path, counts: RemoteCounts) -> None:
         pass
     finally:
         os.close(fd)
-
