@@ -162,6 +162,13 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true", help="print it as one JSON document")
     explain.set_defaults(run=_run_explain)
 
+    script = commands.add_parser(
+        "stock-script", help="print a stock ExecuTorch script that reproduces a target"
+    )
+    script.add_argument("target", metavar="TARGET")
+    script.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    script.set_defaults(run=_run_stock_script)
+
     daemon = commands.add_parser("daemon", help="start, stop or ask the project's build daemon")
     daemon.add_argument("--config", help="pyproject.toml of the project (default: found from cwd)")
     daemon.add_argument("action", choices=("start", "stop", "status", "restart"))
@@ -277,6 +284,20 @@ def _run_explain(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
     else:
         print("\n".join(line for target in document["targets"] for line in target["lines"]))
+    return EXIT_OK
+
+
+def _run_stock_script(args: argparse.Namespace) -> int:
+    """From the config alone: no torch, no build (project/reproducer.py)."""
+    from pathlib import Path
+
+    from lowerd.exit_codes import EXIT_OK
+    from lowerd.project.config import find_config, load_config, select_targets
+    from lowerd.project.reproducer import stock_script
+
+    config = load_config(Path(args.config) if args.config else find_config(Path.cwd()))
+    [target] = select_targets(config, [args.target])
+    print(stock_script(config, target), end="")
     return EXIT_OK
 
 

@@ -171,7 +171,10 @@ def test_coverage_as_the_server_words_it(session: tuple[dict[str, Any], str, Pat
     assert result["ok"], f"{result['message']}\n{log}"
     status = re.fullmatch(r"XNNPACK (\d+) %", result["status"])
     assert status, result["status"]
-    first = result["module_lines"][0]
+    sizes, first = result["module_lines"][:2]  # the target's sizes, then its method
+    assert re.fullmatch(
+        r"net · \.pte [\d.]+ KiB \(constants .*\); forward: planned memory .*", sizes
+    )
     sentence = re.fullmatch(
         r"net · forward: (\d+) of (\d+) ops on XNNPACK in \d+ partitions? \((\d+) %\)"
         r"(?:; \d+ fix(?:es)? would make this \d+ partitions?)?",  # the server's fixes hint

@@ -14,7 +14,7 @@ from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.reproducer import stock_script
 from lowerd.project.result import TargetResult
 
-from helpers import PROJECTS
+from helpers import PROJECTS, lowerd_without_torch
 from stock import forget_project_modules, importable_copy, run_stock_script
 
 TARGETS = """
@@ -72,3 +72,11 @@ def test_the_script_writes_what_lowerd_wrote(
     assert written == lowerd_files
     if name == "options":
         assert set(written) == {"options.pte", "options.ptd"}  # the constants went to a .ptd
+
+
+def test_the_cli_prints_it_without_torch(project: ProjectConfig, tmp_path: Path) -> None:
+    run = lowerd_without_torch(project.root, tmp_path / "cache", "stock-script", "options")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == stock_script(project, project.targets["options"])
+    unknown = lowerd_without_torch(project.root, tmp_path / "cache", "stock-script", "nope")
+    assert unknown.returncode == 2 and "unknown target 'nope'" in unknown.stderr
