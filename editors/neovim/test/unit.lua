@@ -7,6 +7,7 @@
 vim.opt.runtimepath:prepend(vim.env.LOWERD_NVIM_RTP)
 local report = require("lowerd.report")
 local project = require("lowerd.project")
+local compare = require("lowerd.compare")
 
 local failures, passed = {}, 0
 
@@ -290,6 +291,46 @@ test("item_at finds the quickfix item of the op a code action is about", functio
   local index = report.item_at(items, items[#items].filename, items[#items].lnum)
   equal(index ~= nil and items[index].lnum == items[#items].lnum, true)
   equal(report.item_at(items, "/p/elsewhere.py", 1), nil)
+end)
+
+-- A lowerd.compare answer as the server sends it (tests/test_compare.py's refused target).
+local COMPARED = {
+  config = "/p/pyproject.toml",
+  target = "refused",
+  warnings = {},
+  backends = {
+    { backend = "xnnpack", display = "XNNPACK", status = "ok", coverage_percent = 50, ops = 4,
+      ops_delegated = 2, partitions = 2, pte_bytes = 4256, reused = vim.NIL, error = vim.NIL,
+      cache = { hits = 2, misses = 0 },
+      not_delegated = { { op = "aten.pow.Tensor_Scalar", count = 1, reason = "power" },
+        { op = "aten.cumsum.default", count = 1, reason = "none" } } },
+    { backend = "vulkan", display = "Vulkan", status = "ok", coverage_percent = 83, ops = 6,
+      ops_delegated = 5, partitions = 2, pte_bytes = 4256, reused = "up-to-date", error = vim.NIL,
+      cache = { hits = 0, misses = 0 },
+      not_delegated = { { op = "aten.cumsum.default", count = 1, reason = "none" } } },
+    { backend = "coreml", display = "CoreML", status = "error", pte_bytes = vim.NIL,
+      reused = vim.NIL, not_delegated = {}, cache = { hits = 0, misses = 0 },
+      error = { kind = "backend-unavailable", message = "no coremltools", file = "pyproject.toml",
+        line = 9 } },
+  },
+}
+
+test("compare.lines lays the backends side by side as the CLI does, errors below", function()
+  equal(compare.lines(COMPARED), {
+    "refused, one backend at a time",
+    "                XNNPACK                    Vulkan                  CoreML",
+    "coverage        50 %                       83 %                    error",
+    "ops on backend  2 of 4                     5 of 6                  error",
+    "partitions      2                          2                       error",
+    ".pte            4.2 KiB                    4.2 KiB                 error",
+    "cache           2 hits                     up to date              error",
+    "not delegated   1× aten.pow.Tensor_Scalar  1× aten.cumsum.default",
+    "                1× aten.cumsum.default",
+    "CoreML: backend-unavailable (pyproject.toml:9): no coremltools",
+  })
+  equal(compare.lines({ target = "x", backends = {}, error = "unknown target 'x'" }),
+    { "lowerd: unknown target 'x'" })
+  equal(compare.lines(vim.NIL), { "lowerd: lowerd.compare gave no answer" })
 end)
 
 io.stdout:write(string.format("%d passed, %d failed\n", passed, #failures))

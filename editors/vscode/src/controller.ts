@@ -18,6 +18,7 @@ import { ProgressTracker } from "./progress";
 import { onInterpreterChanged, selectedInterpreter, hasPythonExtension } from "./python";
 import { parseReport, type Report } from "./report";
 import { type Answer, explanationText, stockScriptText } from "./answers";
+import { ComparePanel, SERVER_COMPARE } from "./comparePanel";
 import { ReportPanel } from "./reportPanel";
 import { LowerdServer } from "./server";
 import { readServerSettings, RESTART_SETTINGS } from "./settings";
@@ -56,6 +57,7 @@ export class Controller implements vscode.Disposable {
   private readonly progress = new ProgressTracker();
   private readonly statusBar = new CoverageStatusBar(COMMANDS.showReport);
   private readonly panel = new ReportPanel();
+  private readonly comparePanel = new ComparePanel();
   private readonly server: LowerdServer;
   private readonly disposables: vscode.Disposable[] = [];
   private root: string | undefined;
@@ -281,6 +283,11 @@ export class Controller implements vscode.Disposable {
     }
   }
 
+  /** `lowerd compare` of the target, one backend at a time, in a webview (src/comparePanel.ts). */
+  async compareBackends(target: string): Promise<void> {
+    await this.comparePanel.compare(target, (args) => this.server.executeCommand(SERVER_COMPARE, args));
+  }
+
   async buildAll(): Promise<void> {
     await this.run(() => this.server.executeCommand(SERVER.buildAll));
   }
@@ -393,6 +400,7 @@ export class Controller implements vscode.Disposable {
   dispose(): void {
     clearTimeout(this.reportTimer);
     this.server.dispose();
+    this.comparePanel.dispose();
     for (const disposable of this.disposables) {
       disposable.dispose();
     }

@@ -2,6 +2,7 @@
 
 import * as vscode from "vscode";
 
+import { COMPARE_BACKENDS } from "./comparePanel";
 import { COMMANDS, Controller } from "./controller";
 
 let controller: Controller | undefined;
@@ -15,6 +16,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       active.buildTarget(typeof name === "string" ? name : undefined),
     ),
     vscode.commands.registerCommand(COMMANDS.buildAll, () => active.buildAll()),
+    // Also what the server's "Compare backends" code action runs, with the target.
+    vscode.commands.registerCommand(COMPARE_BACKENDS, async (target?: unknown) => {
+      const name = typeof target === "string" ? target : await active.pickTarget();
+      if (name) {
+        await active.compareBackends(name);
+      }
+    }),
     vscode.commands.registerCommand(COMMANDS.showReport, () => active.showReport()),
     vscode.commands.registerCommand(COMMANDS.restart, () => active.restart()),
     vscode.commands.registerCommand(COMMANDS.clearCache, () => active.clearCache()),

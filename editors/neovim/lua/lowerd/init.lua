@@ -6,6 +6,7 @@
 
 local project = require("lowerd.project")
 local report = require("lowerd.report")
+local compare = require("lowerd.compare")
 
 local M = {}
 
@@ -326,6 +327,16 @@ function M.explain(target)
   end)
 end
 
+-- The target lowered with each backend alone (`lowerd compare`), side by side in a scratch buffer.
+function M.compare(target)
+  with_client(function(client)
+    notify("comparing backends for " .. target)
+    execute(client, "lowerd.compare", { target }, function(result)
+      show_scratch("lowerd://compare", compare.lines(result))
+    end)
+  end)
+end
+
 -- The stock ExecuTorch script that reproduces the target, in the + and " registers.
 function M.copy_stock_script(target)
   with_client(function(client)
@@ -373,6 +384,9 @@ local CODE_ACTION_COMMANDS = {
   end,
   ["lowerd.copyStockScript"] = function(arguments)
     M.copy_stock_script(arguments[1])
+  end,
+  ["lowerd.compareBackends"] = function(arguments)
+    M.compare(arguments[1])
   end,
 }
 
@@ -459,6 +473,16 @@ function M.setup(options)
   vim.api.nvim_create_user_command("LowerdExplain", function(args)
     M.explain(args.args ~= "" and args.args or nil)
   end, { nargs = "?", complete = complete_targets, desc = "lowerd: why the last build did what it did" })
+  vim.api.nvim_create_user_command("LowerdCompare", function(args)
+    if args.args ~= "" then
+      return M.compare(args.args)
+    end
+    vim.ui.select(complete_targets(), { prompt = "Target to compare" }, function(choice)
+      if choice then
+        M.compare(choice)
+      end
+    end)
+  end, { nargs = "?", complete = complete_targets, desc = "lowerd: each backend side by side" })
   vim.api.nvim_create_user_command("LowerdStockScript", function(args)
     M.copy_stock_script(args.args)
   end, { nargs = 1, complete = complete_targets, desc = "lowerd: copy a stock ExecuTorch script" })
