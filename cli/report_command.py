@@ -1,6 +1,6 @@
 """`lowerd report [TARGET ...]`: the last build's report, from the build records, without
 building: as text (what `lowerd build` printed), as the `--json` document, or as one standalone
-HTML page (`--html FILE`, cli/report_html.py). Never imports torch: it reads msgpack records.
+HTML page (`--html FILE`, project/report_page.py). Never imports torch: it reads msgpack records.
 
 A target with no record (never built, or its last build failed) is named on stderr and in the
 page, and makes the exit code 1; a record whose sources changed since is shown, marked out of
@@ -19,8 +19,8 @@ from lowerd.cache.atomic import write_atomic
 from lowerd.exit_codes import EXIT_OK, EXIT_TARGET_FAILED
 from lowerd.project.build_state import load_state, state_path, why_out_of_date
 from lowerd.project.config import ProjectConfig, find_config, load_config, select_targets
+from lowerd.project.report_page import TargetPage, render_page
 from lowerd.project.result import TargetResult
-from lowerd.report_html import TargetPage, render_page
 from lowerd.report_table import ReportView
 
 

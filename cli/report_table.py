@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from lowerd.cache.location import format_size
+from lowerd.project.report_page import sizes_text
 
 # Groups shown without --all: two lines each, so the refusals of a real model fit a screen.
 SHOWN_GROUPS = 6
@@ -196,26 +196,6 @@ def _how_built(target: dict[str, Any]) -> str:
         if cache["remote"] != "ok":
             how += f" ({cache['remote'].split(':')[0]})"
     return how
-
-
-def sizes_text(target: dict[str, Any]) -> str | None:
-    """`.pte 4.2 KiB (constants 0 B, delegate blobs 1.4 KiB, delegate weights 576 B); forward:
-    planned memory 192 B`: what the program costs a device. None in a record of an older lowerd."""
-    sizes = target.get("sizes")
-    if not sizes:
-        return None
-    parts = [f"constants {format_size(sizes['constant_bytes'])}"]
-    if sizes.get("delegate_blob_bytes"):
-        parts.append(f"delegate blobs {format_size(sizes['delegate_blob_bytes'])}")
-    if sizes.get("delegate_data_bytes"):
-        parts.append(f"delegate weights {format_size(sizes['delegate_data_bytes'])}")
-    text = f".pte {format_size(sizes['pte_bytes'])} ({', '.join(parts)})"
-    planned = [
-        f"{name}: planned memory {format_size(method['planned_memory_bytes'])}"
-        for name, method in target["methods"].items()
-        if method.get("planned_memory_bytes") is not None
-    ]
-    return "; ".join([text, ", ".join(planned)]) if planned else text
 
 
 def coverage_text(method: dict[str, Any]) -> str:

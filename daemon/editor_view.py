@@ -17,6 +17,7 @@ errorKind, reused, current}. Its commands answer:
     lowerd.stockScript {"target", "script"}: a stock ExecuTorch script that reproduces the
                      target (project/reproducer.py); {"error"} for anything but one target
     lowerd.explain   `lowerd explain --json`'s document (project/explain.py)
+    lowerd.reportPage {"html"}: `lowerd report --html`'s page of the last builds, op graphs drawn
 
 Code actions on lowerd's diagnostics run the clients' own commands lowerd.showInReport [target,
 uri, line], lowerd.compareBackends, lowerd.explainRebuild and lowerd.copyStockScript [target],
@@ -50,11 +51,13 @@ from lowerd.daemon.diagnostics import (
 from lowerd.daemon.entry_site import Site, entry_site
 from lowerd.daemon.session import ProjectSession, same_file
 from lowerd.project.report_model import MethodReport
+from lowerd.project.report_page import TargetPage, render_page
 from lowerd.project.reproducer import stock_script
 from lowerd.project.result import ErrorInfo, TargetResult
 
 BUILD = "lowerd.build"
 STOCK_SCRIPT = "lowerd.stockScript"
+REPORT_PAGE = "lowerd.reportPage"
 # The clients' commands behind the code actions (they call the server's and show the answer).
 SHOW_IN_REPORT = "lowerd.showInReport"
 COMPARE_BACKENDS = "lowerd.compareBackends"
@@ -293,6 +296,18 @@ class EditorView:
             return {"error": f"expected one target of {', '.join(config.targets)}"}
         target = config.targets[names[0]]
         return {"target": target.name, "script": stock_script(config, target)}
+
+    def report_page_answer(self, names: Sequence[str]) -> dict[str, Any]:
+        """lowerd.reportPage: the last builds' report as `lowerd report --html` writes it (the
+        op graphs drawn), for the editor's graph view."""
+        config = self.session.config
+        if config is None:
+            return {"error": "no lowerd project is loaded"}
+        unknown = [name for name in names if name not in config.targets]
+        if unknown:
+            return {"error": f"unknown targets: {', '.join(unknown)}"}
+        pages = [TargetPage(n, self.session.last_result(n)) for n in names or config.targets]
+        return {"html": render_page(config.root.name, config.root, pages)}
 
     # Command answers -------------------------------------------------------------------------
 

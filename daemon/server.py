@@ -33,6 +33,7 @@ from lowerd.daemon.editor_view import (
     BUILD_FINISHED,
     BUILD_STARTED,
     REPORT,
+    REPORT_PAGE,
     STOCK_SCRIPT,
     EditorView,
     build_finished_params,
@@ -259,6 +260,10 @@ def create_server(workers: int = 2) -> LowerdServer:
     async def build_all(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
         config = ls.session.config
         return await ls.view.build_answer(list(config.targets) if config else [])
+
+    @server.command(REPORT_PAGE)
+    def report_page(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
+        return ls.view.report_page_answer(_names(arguments))
 
     @server.command(STOCK_SCRIPT)
     def stock_script(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:

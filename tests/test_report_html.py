@@ -18,9 +18,9 @@ from lowerd.project.build_state import load_state
 from lowerd.project.config import load_config
 from lowerd.project.method_graph import CPU, MAX_NODES, GraphNode, MethodGraph, capped
 from lowerd.project.report_model import MethodReport, PartitionSummary
+from lowerd.project.report_page import TargetPage, render_page
 from lowerd.project.result import TargetResult
 from lowerd.report_command import target_page
-from lowerd.report_html import TargetPage, render_page
 
 from helpers import DEADLINE, PROJECTS, line_marks, lowerd_without_torch
 from stock import importable_copy

@@ -13,8 +13,10 @@ deadline, helpers.DEADLINE, that only guards against a hang; nothing measures ti
 from __future__ import annotations
 
 import asyncio
+import html
 import importlib.util
 import os
+import re
 import shutil
 import socket
 import sys
@@ -519,6 +521,23 @@ async def test_code_actions_on_a_warning_and_the_stock_script_they_copy(
     written = run_stock_script(answer["script"], tmp_path / "stock", monkeypatch)
     forget_project_modules(editor.root)
     assert written == {"refused.pte": refused["sha256"]}
+
+
+async def test_the_graph_view_is_the_html_report_of_the_last_build(editor: Editor) -> None:
+    """lowerd.reportPage: `lowerd report --html`'s page, made by the server from its results."""
+    answer = await editor.client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="lowerd.reportPage", arguments=["refused"])
+    )
+    page = answer["html"]
+    assert page.startswith("<!DOCTYPE html>") and 'id="t-refused-forward-op-' in page
+    [svg] = re.findall(r"<svg.*?</svg>", html.unescape(page), flags=re.S)
+    nodes = re.findall(r'<g id="[^"]*node-\d+" class="([^"]*)"', svg)
+    assert [classes.split()[-1] for classes in nodes] == ["p0", "cpu", "cpu", "p1"]
+    assert "two_methods" not in page and 'id="t-net-' not in page
+    unknown = await editor.client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="lowerd.reportPage", arguments=["nope"])
+    )
+    assert unknown == {"error": "unknown targets: nope"}
 
 
 async def test_commands_report_and_build(editor: Editor) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Literal
 
-from lowerd.graph_layout import NODE_HEIGHT, layered_layout
+from lowerd.project.graph_layout import NODE_HEIGHT, layered_layout
 from lowerd.project.method_graph import MethodGraph
 
 # Light fills that keep black text readable, none of them red (the CPU's colour).

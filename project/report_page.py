@@ -18,13 +18,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
+from typing import Any
 
 from lowerd.cache.location import format_size
-from lowerd.graph_svg import CPU_FILL, CPU_STROKE, draw, partition_colour
+from lowerd.project.graph_svg import CPU_FILL, CPU_STROKE, draw, partition_colour
 from lowerd.project.method_graph import MAX_NODES, MethodGraph
 from lowerd.project.report_model import MethodReport, NotDelegatedOp
 from lowerd.project.result import TargetResult
-from lowerd.report_table import sizes_text
 
 # No fetch of any kind: the page is whole as written.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
@@ -295,3 +295,23 @@ document.addEventListener("click", (event) => {
 });
 document.body.dataset.ready = "1";
 """
+
+
+def sizes_text(target: dict[str, Any]) -> str | None:
+    """`.pte 4.2 KiB (constants 0 B, delegate blobs 1.4 KiB, delegate weights 576 B); forward:
+    planned memory 192 B`: what the program costs a device. None in a record of an older lowerd."""
+    sizes = target.get("sizes")
+    if not sizes:
+        return None
+    parts = [f"constants {format_size(sizes['constant_bytes'])}"]
+    if sizes.get("delegate_blob_bytes"):
+        parts.append(f"delegate blobs {format_size(sizes['delegate_blob_bytes'])}")
+    if sizes.get("delegate_data_bytes"):
+        parts.append(f"delegate weights {format_size(sizes['delegate_data_bytes'])}")
+    text = f".pte {format_size(sizes['pte_bytes'])} ({', '.join(parts)})"
+    planned = [
+        f"{name}: planned memory {format_size(method['planned_memory_bytes'])}"
+        for name, method in target["methods"].items()
+        if method.get("planned_memory_bytes") is not None
+    ]
+    return "; ".join([text, ", ".join(planned)]) if planned else text
