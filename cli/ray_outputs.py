@@ -7,6 +7,11 @@ build's (but for `seconds`), and the record lets the next local `lowerd build` a
 each source it lists is stamped here, with this file's size and mtime, when its content is what
 the task read; a source that differs (edited after the project was sent) or was saved after this
 build started leaves no record, as a local build that saw a save mid-build leaves none.
+
+The record's account of the build for `lowerd explain` (its `rebuild`) is made here again: the
+task built in a copy with no earlier record, so it compared with nothing. This machine's earlier
+record is what a local build compares with, through the same functions (project/build_state.py
+why_not_kept, project/rebuild_record.py record_rebuild), given the task's partitions.
 """
 
 from __future__ import annotations
@@ -22,11 +27,15 @@ from lowerd.project.build_state import (
     TargetState,
     file_digest,
     forget_state,
+    inputs_digest,
+    load_state,
     owned_data_files,
     save_state,
-    target_inputs_digest,
+    target_inputs,
+    why_not_kept,
 )
 from lowerd.project.config import ProjectConfig, TargetConfig
+from lowerd.project.rebuild_record import RebuildRecord, record_rebuild
 from lowerd.project.result import TargetResult
 
 # As lowering/build.py's: file systems stamp mtimes with a coarse clock, a few ms behind
@@ -53,11 +62,12 @@ class PathMap:
         return text
 
     def value(self, value: Any) -> Any:
-        """Every string inside a JSON-like value mapped (file fields, and paths in messages)."""
+        """Every string inside a JSON-like value mapped (file fields, paths in messages, and keys:
+        the record's source_lines are keyed by path)."""
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, dict):
-            return {key: self.value(item) for key, item in value.items()}
+            return {self.value(key): self.value(item) for key, item in value.items()}
         if isinstance(value, list):
             return [self.value(item) for item in value]
         return value
@@ -75,9 +85,13 @@ def take_payload(
     problem = _check_files(config, result, files)
     if problem is not None:
         return TargetResult.failed(target.name, "executor-error", problem)
+    record = paths.value(payload["record"]) if payload.get("record") else None
+    # Read before the outputs replace them: whether the earlier .pte could have been kept asks
+    # whether it is still on disk, as a local build asks before it writes.
+    earlier = load_state(config, target)
+    why = _why_lowered(config, target, earlier, record) if record else None
     _write_outputs(config, target, result, files)
-    record = payload.get("record")
-    state = _local_state(config, target, paths.value(record), started_ns) if record else None
+    state = _local_state(config, target, record, started_ns, earlier, why) if record else None
     if state is None:
         forget_state(config, target)
     else:
@@ -115,11 +129,26 @@ def _write_outputs(
         path.unlink(missing_ok=True)
 
 
+def _why_lowered(
+    config: ProjectConfig, target: TargetConfig, earlier: TargetState | None, record: dict[str, Any]
+) -> str:
+    """Why a local build of the program the task exported would have lowered it."""
+    digests = record["method_digests"] or None  # none recorded: the program had no digest
+    why = why_not_kept(config, target, earlier, digests)
+    return why or "a Ray build always lowers: the earlier .pte it would keep is on this machine"
+
+
 def _local_state(
-    config: ProjectConfig, target: TargetConfig, record: dict[str, Any], started_ns: int
+    config: ProjectConfig,
+    target: TargetConfig,
+    record: dict[str, Any],
+    started_ns: int,
+    earlier: TargetState | None,
+    why: str | None,
 ) -> TargetState | None:
-    """The task's record with this machine's stamps; None when a source is not as the task read
-    it, or was saved after this build started (the next build must run)."""
+    """The task's record with this machine's stamps, its build explained against `earlier`;
+    None when a source is not as the task read it, or was saved after this build started (the
+    next build must run)."""
     sources = []
     for source in record["sources"]:
         stamp = _stamp_if_same(Path(source["path"]), source["sha256"])
@@ -127,12 +156,15 @@ def _local_state(
             return None
         sources.append(stamp)
     result = TargetResult.from_json(record["report"])
-    return TargetState(
+    # The task refused to build with other tool versions or another config: this machine's
+    # inputs are the ones its build stands for (the task's, but for the copy's root).
+    inputs = target_inputs(config, target)
+    state = TargetState(
         target=target.name,
-        # The task refused to build with other tool versions or another config: this machine's
-        # digest is the one its build stands for.
-        inputs_digest=target_inputs_digest(config, target),
+        inputs_digest=inputs_digest(inputs),
+        inputs=inputs,
         sources=sources,
+        source_lines=record["source_lines"],
         output=FileStamp.of(Path(result.output or ""), result.sha256),
         method_digests=record["method_digests"],
         method_lines=record["method_lines"],
@@ -140,6 +172,10 @@ def _local_state(
         data_files=[FileStamp.of(Path(f.path), f.sha256) for f in result.data_files],
         peak_rss=record.get("peak_rss"),
     )
+    task = RebuildRecord.from_json(record.get("rebuild"))
+    if task is not None:  # its partitions as the node lowered them, compared with none
+        state.rebuild = record_rebuild(config.root, earlier, state, why, task.partitions)
+    return state
 
 
 def _stamp_if_same(path: Path, sha256: str) -> FileStamp | None:

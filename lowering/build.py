@@ -42,7 +42,7 @@ from lowerd.project.build_state import (
     save_state,
     stamp_files,
     target_inputs,
-    target_inputs_digest,
+    why_not_kept,
 )
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.errors import (
@@ -53,7 +53,6 @@ from lowerd.project.errors import (
     LoweringError,
 )
 from lowerd.project.rebuild_record import (
-    INPUTS_CHANGED,
     PartitionFacts,
     line_checksums,
     record_rebuild,
@@ -171,7 +170,8 @@ class _TargetBuilder:
         if previous is None and earlier is not None:
             self.why_lowered = "asked to lower afresh (reuse off)"
         else:
-            self.why_lowered = self._why_lowered(previous, program)
+            digests = program.digests if program else None
+            self.why_lowered = why_not_kept(self.config, self.target, previous, digests)
         if self.why_lowered is None and previous and program:
             result = self._reuse(previous, program, started)
         else:
@@ -201,41 +201,6 @@ class _TargetBuilder:
                     self.user_files.display(site[0]), site[1], type(method.module).__name__
                 )
         return sites
-
-    def _why_lowered(
-        self, previous: TargetState | None, program: ProgramFingerprint | None
-    ) -> str | None:
-        """None when the last build's .pte is kept (the same program); else why it is not, in
-        words, for `lowerd explain`."""
-        # An ETRecord holds the programs' source lines, which an edit that keeps the program may
-        # move: it is written afresh. Transform passes are the user's code, which the program's
-        # digest does not cover: a build that runs them lowers afresh; so are custom partitioners
-        # and a whole_program backend other than the known ones (code outside the digest too).
-        whole_program = self.target.whole_program
-        if previous is None:
-            return "no earlier build to keep"
-        if self.target.etrecord:
-            return "etrecord = true: the ETRecord is written afresh"
-        if self.target.transform_passes:
-            return "transform_passes: code the program's digest cannot see"
-        if self.target.partitioners:
-            return "partitioners: code the program's digest cannot see"
-        if whole_program and not backend_by_details_class(whole_program["backend_id"]):
-            return f"whole_program's {whole_program['backend_id']}: code the digest cannot see"
-        if program is None:
-            return "the program holds a value with no stable digest"
-        if previous.inputs_digest != target_inputs_digest(self.config, self.target):
-            return INPUTS_CHANGED
-        if previous.method_digests != program.digests:
-            return "the exported program changed" + _methods_changed(previous, program)
-        if (
-            previous.output.path != str(self.config.output_path(self.target.name))
-            or not previous.output.unchanged()
-        ):
-            return "the .pte was missing or modified"
-        if not all(data_file.unchanged() for data_file in previous.data_files):
-            return "a data file beside the .pte was missing or modified"
-        return None
 
     def _reuse(
         self, previous: TargetState, program: ProgramFingerprint, started: float
@@ -668,13 +633,6 @@ def _display_of(partitioner: Any) -> str:
 def _display_of_id(backend_id: str) -> str:
     backend = backend_by_details_class(backend_id)
     return backend.display if backend else backend_id
-
-
-def _methods_changed(previous: TargetState, program: ProgramFingerprint) -> str:
-    """ " (forward)": the methods whose exported programs differ from the last build's."""
-    methods = previous.method_digests.keys() | program.digests.keys()
-    changed = [m for m in methods if previous.method_digests.get(m) != program.digests.get(m)]
-    return f" ({', '.join(sorted(changed))})"
 
 
 def _sizes(manager: Any, pte_bytes: int, reports: dict[str, MethodReport]) -> ProgramSizes:

@@ -21,8 +21,9 @@ from typing import Any
 import msgpack
 
 from lowerd.cache.atomic import write_atomic
+from lowerd.project.backends import backend_by_details_class
 from lowerd.project.config import ProjectConfig, TargetConfig
-from lowerd.project.rebuild_record import RebuildRecord
+from lowerd.project.rebuild_record import INPUTS_CHANGED, RebuildRecord
 from lowerd.project.result import TargetResult
 
 STATE_VERSION = 1
@@ -193,6 +194,49 @@ def why_out_of_date(
     for source in state.sources:
         if not source.unchanged():
             return f"{source.path} changed"
+    return None
+
+
+def why_not_kept(
+    config: ProjectConfig,
+    target: TargetConfig,
+    previous: TargetState | None,
+    digests: dict[str, str] | None,
+) -> str | None:
+    """None when `previous`'s .pte may be kept for a program whose methods export to `digests`
+    (None: the program holds a value with no stable digest); else why not, in words, for
+    `lowerd explain`. Here, torch-free, so that a Ray build's client says it of the build its
+    node made (cli/ray_outputs.py) as lowering/build.py says it of its own."""
+    # An ETRecord holds the programs' source lines, which an edit that keeps the program may
+    # move: it is written afresh. Transform passes are the user's code, which the program's
+    # digest does not cover: a build that runs them lowers afresh; so are custom partitioners
+    # and a whole_program backend other than the known ones (code outside the digest too).
+    whole_program = target.whole_program
+    if previous is None:
+        return "no earlier build to keep"
+    if target.etrecord:
+        return "etrecord = true: the ETRecord is written afresh"
+    if target.transform_passes:
+        return "transform_passes: code the program's digest cannot see"
+    if target.partitioners:
+        return "partitioners: code the program's digest cannot see"
+    if whole_program and not backend_by_details_class(whole_program["backend_id"]):
+        return f"whole_program's {whole_program['backend_id']}: code the digest cannot see"
+    if digests is None:
+        return "the program holds a value with no stable digest"
+    if previous.inputs_digest != target_inputs_digest(config, target):
+        return INPUTS_CHANGED
+    if previous.method_digests != digests:
+        methods = previous.method_digests.keys() | digests.keys()
+        changed = [m for m in methods if previous.method_digests.get(m) != digests.get(m)]
+        return f"the exported program changed ({', '.join(sorted(changed))})"
+    if (
+        previous.output.path != str(config.output_path(target.name))
+        or not previous.output.unchanged()
+    ):
+        return "the .pte was missing or modified"
+    if not all(data_file.unchanged() for data_file in previous.data_files):
+        return "a data file beside the .pte was missing or modified"
     return None
 
 

@@ -4,9 +4,10 @@ port, killed by its process group at the end; never `ray stop`, which ends every
 Every fresh Ray worker imports torch and ExecuTorch (seconds), and a Ray job's workers are its
 own, so the expensive runs are few and module-scoped: one local `lowerd build --json` of five
 targets, then one Ray build of the same five (build/ removed in between), then a local build
-that must find them up to date without importing torch. The five: basic's three, one whose entry
-raises (its file:line must be the local one), and one whose entry kills its Ray worker the first
-time (the task is retried and builds). Missing Ray and --daemon are checked without a cluster.
+that must find them up to date without importing torch; then, for `lowerd explain`, one more Ray
+build of one target after an edit. The five: basic's three, one whose entry raises (its
+file:line must be the local one), and one whose entry kills its Ray worker the first time (the
+task is retried and builds). Missing Ray and --daemon are checked without a cluster.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import pytest
 
 from lowerd.daemon.runtime import process_alive
 from lowerd.project.build_state import load_state
-from lowerd.project.config import load_config
+from lowerd.project.config import ProjectConfig, load_config
+from lowerd.project.explain import explain_targets
 
 from helpers import (
     DEADLINE,
@@ -182,14 +184,17 @@ def local(project: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 
 @pytest.fixture(scope="module")
-def on_ray(
-    local: Run, project: Path, cluster: str, tmp_path_factory: pytest.TempPathFactory
-) -> Run:
+def ray_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Ray builds' blob cache ($LOWERD_CACHE_DIR travels to the node, on this machine)."""
+    return tmp_path_factory.mktemp("ray-cache")
+
+
+@pytest.fixture(scope="module")
+def on_ray(local: Run, project: Path, cluster: str, ray_cache: Path) -> Run:
     """The same build on Ray, from nothing (a fresh cache, no build/), as the local one was."""
     shutil.rmtree(project / "build")
-    cache = tmp_path_factory.mktemp("ray-cache")
     ray = ("--executor", "ray", "--ray-address", cluster)
-    return lowerd(project, cache, "build", "--json", *ray, *TARGETS, "always_killed")
+    return lowerd(project, ray_cache, "build", "--json", *ray, *TARGETS, "always_killed")
 
 
 def test_ray_build_equals_the_local_build(local: Run, on_ray: Run) -> None:
@@ -277,6 +282,44 @@ def test_ctrl_c_cancels_the_tasks_and_their_builds(
     wait_until(lambda: not process_alive(pid), what="the cancelled build's fork to end")
 
 
+def test_explain_says_what_a_local_build_would(
+    on_ray: Run, project: Path, cluster: str, ray_cache: Path
+) -> None:
+    """The record a Ray build leaves is explained against this machine's earlier one (the task's
+    copy had none), in a local build's words (tests/test_explain.py's weight edit)."""
+    config = load_config(project / "pyproject.toml")
+    assert _explain(config, "refused") == [
+        "refused: no earlier build: lowered 2 partitions (0 from the cache)",
+        "  up to date: nothing it read or wrote has changed since",
+    ]
+    model = project / "models" / "refused.py"
+    model.write_text(
+        model.read_text().replace(
+            "    return Refused().eval(), (torch.randn(2, 8),)\n",
+            "    model = Refused().eval()\n"
+            "    with torch.no_grad():\n"
+            "        model.fc2.bias.add_(1.0)\n"
+            "    return model, (torch.randn(2, 8),)\n",
+        )
+    )
+    ray = ("--executor", "ray", "--ray-address", cluster)
+    run = lowerd(project, ray_cache, "build", *ray, "refused")
+    assert run.returncode == 0, run.log
+
+    text = model.read_text().splitlines()
+    first = text.index("    model = Refused().eval()") + 1
+    fc2 = line_marks(project)["refused.cumsum"][1] + 1  # return self.fc2(x)
+    assert _explain(config, "refused") == [
+        "refused: rebuilt 1 of 2 partitions (1 from the cache)",
+        "  lowered because the exported program changed (forward)",
+        f"  models/refused.py changed (lines {first}-{first + 3})",
+        f"  XNNPACK #2 (forward, models/refused.py:{fc2}): the weights changed (fc2.bias)",
+        "  up to date: nothing it read or wrote has changed since",
+    ]
+    [document] = explain_targets(config, ["refused"])["targets"]
+    assert (document["partitions"][1]["previous"], document["inputs"]) == (2, [])
+
+
 # Without a cluster ---------------------------------------------------------------------------
 
 
@@ -324,6 +367,12 @@ def test_daemon_and_ray_are_refused(tmp_path: Path) -> None:
     done = _run(project, lowerd_env(tmp_path / "cache"), "build", "--daemon", "--executor", "ray")
     assert done.returncode == 2
     assert done.stderr == "lowerd: --daemon and --executor ray: a Ray build uses no daemon\n"
+
+
+def _explain(config: ProjectConfig, name: str) -> list[str]:
+    [target] = explain_targets(config, [name])["targets"]
+    lines: list[str] = target["lines"]
+    return lines
 
 
 def _pid_file(project: Path) -> Path:
