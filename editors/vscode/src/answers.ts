@@ -40,3 +40,14 @@ export function stockScriptText(answer: unknown): Answer {
     ? { text: answer.script }
     : { error: "lowerd.stockScript gave no script" };
 }
+
+/** lowerd.reportPage's page (`lowerd report --html` of the server's last results). */
+export function reportPageText(answer: unknown): Answer {
+  if (!isRecord(answer)) {
+    return { error: "lowerd.reportPage gave no page" };
+  }
+  if (typeof answer.error === "string" && answer.error) {
+    return { error: answer.error };
+  }
+  return typeof answer.html === "string" ? { text: answer.html } : { error: "lowerd.reportPage gave no page" };
+}

@@ -17,8 +17,9 @@ import { probeLowerd, probeMessage } from "./probe";
 import { ProgressTracker } from "./progress";
 import { onInterpreterChanged, selectedInterpreter, hasPythonExtension } from "./python";
 import { parseReport, type Report } from "./report";
-import { type Answer, explanationText, stockScriptText } from "./answers";
+import { type Answer, explanationText, reportPageText, stockScriptText } from "./answers";
 import { ComparePanel, SERVER_COMPARE } from "./comparePanel";
+import { GraphPanel, SERVER_REPORT_PAGE } from "./graphPanel";
 import { ReportPanel } from "./reportPanel";
 import { LowerdServer } from "./server";
 import { readServerSettings, RESTART_SETTINGS } from "./settings";
@@ -58,6 +59,7 @@ export class Controller implements vscode.Disposable {
   private readonly statusBar = new CoverageStatusBar(COMMANDS.showReport);
   private readonly panel = new ReportPanel();
   private readonly comparePanel = new ComparePanel();
+  private readonly graphPanel = new GraphPanel();
   private readonly server: LowerdServer;
   private readonly disposables: vscode.Disposable[] = [];
   private root: string | undefined;
@@ -283,6 +285,14 @@ export class Controller implements vscode.Disposable {
     }
   }
 
+  /** The report with each method's op graph, as `lowerd report --html` writes it. */
+  async showGraphReport(): Promise<void> {
+    const html = await this.ask(SERVER_REPORT_PAGE, [], reportPageText);
+    if (html !== undefined && this.root) {
+      this.graphPanel.show(html, this.root);
+    }
+  }
+
   /** `lowerd compare` of the target, one backend at a time, in a webview (src/comparePanel.ts). */
   async compareBackends(target: string): Promise<void> {
     await this.comparePanel.compare(target, (args) => this.server.executeCommand(SERVER_COMPARE, args));
@@ -401,6 +411,7 @@ export class Controller implements vscode.Disposable {
     clearTimeout(this.reportTimer);
     this.server.dispose();
     this.comparePanel.dispose();
+    this.graphPanel.dispose();
     for (const disposable of this.disposables) {
       disposable.dispose();
     }

@@ -3,6 +3,7 @@
 import * as vscode from "vscode";
 
 import { COMPARE_BACKENDS } from "./comparePanel";
+import { SHOW_GRAPH_REPORT } from "./graphPanel";
 import { COMMANDS, Controller } from "./controller";
 
 let controller: Controller | undefined;
@@ -26,6 +27,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand(COMMANDS.showReport, () => active.showReport()),
     vscode.commands.registerCommand(COMMANDS.restart, () => active.restart()),
     vscode.commands.registerCommand(COMMANDS.clearCache, () => active.clearCache()),
+    vscode.commands.registerCommand(SHOW_GRAPH_REPORT, () => active.showGraphReport()),
     vscode.commands.registerCommand(COMMANDS.showInReport, (target: unknown, uri: unknown, line: unknown) =>
       typeof target === "string" && typeof uri === "string" && typeof line === "number"
         ? active.showInReport(target, uri, line)

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { explanationText, stockScriptText } from "../src/answers";
+import { explanationText, reportPageText, stockScriptText } from "../src/answers";
 
 describe("server answers", () => {
   it("shows each target's explanation lines as printed", () => {
@@ -26,5 +26,13 @@ describe("server answers", () => {
     expect(stockScriptText({ target: "net", script: "import torch\n" })).toEqual({ text: "import torch\n" });
     expect(stockScriptText({ error: "expected one target of net" })).toEqual({ error: "expected one target of net" });
     expect(stockScriptText({ target: "net" })).toEqual({ error: "lowerd.stockScript gave no script" });
+  });
+});
+
+describe("the graph report's page", () => {
+  it("takes the server's page as it is, or says its error", () => {
+    expect(reportPageText({ html: "<!DOCTYPE html><svg></svg>" })).toEqual({ text: "<!DOCTYPE html><svg></svg>" });
+    expect(reportPageText({ error: "unknown targets: nope" })).toEqual({ error: "unknown targets: nope" });
+    expect(reportPageText(undefined)).toEqual({ error: "lowerd.reportPage gave no page" });
   });
 });
