@@ -8,22 +8,11 @@
 import * as path from "path";
 import * as vscode from "vscode";
 
-import { absolutePath } from "./coverage";
+import { openSource } from "./reportPanel";
 
 /** The server's command: arguments [target...] (none: every target). */
 export const SERVER_REPORT_PAGE = "lowerd.reportPage";
 export const SHOW_GRAPH_REPORT = "lowerd.showGraphReport";
-
-interface OpenMessage {
-  type: "open";
-  file: string;
-  line: number;
-}
-
-function isOpenMessage(message: unknown): message is OpenMessage {
-  const m = message as Partial<OpenMessage> | null;
-  return m?.type === "open" && typeof m.file === "string" && typeof m.line === "number";
-}
 
 export class GraphPanel implements vscode.Disposable {
   private panel: vscode.WebviewPanel | undefined;
@@ -39,22 +28,11 @@ export class GraphPanel implements vscode.Disposable {
         { enableScripts: true, enableFindWidget: true, localResourceRoots: [] },
       );
       this.panel.onDidDispose(() => (this.panel = undefined));
-      this.panel.webview.onDidReceiveMessage((message: unknown) => void this.open(message));
+      this.panel.webview.onDidReceiveMessage((message: unknown) => openSource(this.root, message));
     } else {
       this.panel.reveal(undefined, true);
     }
     this.panel.webview.html = html;
-  }
-
-  private async open(message: unknown): Promise<void> {
-    if (!isOpenMessage(message)) {
-      return;
-    }
-    const position = new vscode.Position(Math.max(message.line - 1, 0), 0);
-    await vscode.window.showTextDocument(vscode.Uri.file(absolutePath(this.root, message.file)), {
-      viewColumn: vscode.ViewColumn.One,
-      selection: new vscode.Range(position, position),
-    });
   }
 
   dispose(): void {

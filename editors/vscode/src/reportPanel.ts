@@ -19,6 +19,18 @@ function isOpenMessage(message: unknown): message is OpenMessage {
   return raw?.type === "open" && typeof raw.file === "string" && typeof raw.line === "number";
 }
 
+/** What a report page's link asks ({type: "open", file, line}): the line, in the first column. */
+export async function openSource(root: string, message: unknown): Promise<void> {
+  if (!isOpenMessage(message)) {
+    return;
+  }
+  const position = new vscode.Position(Math.max(message.line - 1, 0), 0);
+  await vscode.window.showTextDocument(vscode.Uri.file(absolutePath(root, message.file)), {
+    viewColumn: vscode.ViewColumn.One,
+    selection: new vscode.Range(position, position),
+  });
+}
+
 export class ReportPanel implements vscode.Disposable {
   private panel: vscode.WebviewPanel | undefined;
   private root = "";
@@ -44,7 +56,7 @@ export class ReportPanel implements vscode.Disposable {
         { enableScripts: true, enableFindWidget: true, localResourceRoots: [] },
       );
       this.panel.onDidDispose(() => (this.panel = undefined));
-      this.panel.webview.onDidReceiveMessage((message: unknown) => this.open(message));
+      this.panel.webview.onDidReceiveMessage((message: unknown) => openSource(this.root, message));
     } else {
       this.panel.reveal(undefined, true);
     }
@@ -69,19 +81,6 @@ export class ReportPanel implements vscode.Disposable {
       building,
       focus,
       focusSource,
-    });
-  }
-
-  private async open(message: unknown): Promise<void> {
-    if (!isOpenMessage(message)) {
-      return;
-    }
-    const uri = vscode.Uri.file(absolutePath(this.root, message.file));
-    const line = Math.max(message.line - 1, 0);
-    const position = new vscode.Position(line, 0);
-    await vscode.window.showTextDocument(uri, {
-      viewColumn: vscode.ViewColumn.One,
-      selection: new vscode.Range(position, position),
     });
   }
 
