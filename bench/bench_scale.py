@@ -39,14 +39,11 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,7 +70,6 @@ from harness import (
     write_json,
 )
 
-RAY = Path(sys.executable).with_name("ray")
 RAY_CPUS = 2
 _SEED = re.compile(r"torch\.manual_seed\(0\)")
 VARIANT_SEED = 1  # the N-target variants: the same model, other weights (all partitions differ)
@@ -126,41 +122,15 @@ def redis_server(folder: Path) -> contextlib.AbstractContextManager[Any]:
     return start(folder)
 
 
-@contextlib.contextmanager
-def ray_cluster(folder: Path, env: dict[str, str], cpus: int) -> Iterator[str]:
-    """A one-node Ray cluster (`cpus` CPUs, no dashboard) in its own session, as
-    tests/test_ray_executor.py starts one; its address. Its workers inherit env (the snapshot of
-    lowerd first on PYTHONPATH). Killed by its process group at the end: never `ray stop`,
-    which would end every Ray on the machine."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
-    command = [str(RAY), "start", "--head", "--block", f"--port={port}"]
-    command += ["--node-ip-address=127.0.0.1", f"--temp-dir={folder}", f"--num-cpus={cpus}"]
-    command += ["--include-dashboard=false", "--disable-usage-stats"]
-    head = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # Ray's processes share its group: killed together below
-        env={**env, "RAY_USAGE_STATS_ENABLED": "0"},
-    )
-    try:
-        assert head.stdout is not None
-        seen = []
-        for line in head.stdout:  # until it says it runs (or ends: the loop stops)
-            seen.append(line)
-            if "Ray runtime started" in line:
-                break
-        else:
-            raise SystemExit("bench: ray start ended:\n" + "".join(seen[-30:]))
-        yield f"127.0.0.1:{port}"
-    finally:
-        with contextlib.suppress(ProcessLookupError):  # the group ended on its own
-            os.killpg(head.pid, signal.SIGKILL)
-        head.wait()
+def ray_cluster(
+    folder: Path, env: dict[str, str], cpus: int
+) -> contextlib.AbstractContextManager[str]:
+    """tests/ray_cluster.py's one-node cluster (`cpus` CPUs, no dashboard, its own session);
+    its workers inherit env (the snapshot of lowerd first on PYTHONPATH)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from ray_cluster import ray_cluster as start
+
+    return start(folder, cpus, env)
 
 
 # A. The second machine -----------------------------------------------------------------------

@@ -12,11 +12,8 @@ task is retried and builds). Missing Ray and --daemon are checked without a clus
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,10 +42,10 @@ from helpers import (
     wait_until,
     without_timing,
 )
+from ray_cluster import RayStartFailed, ray_cluster
 
 pytestmark = pytest.mark.e2e
 
-RAY = Path(sys.executable).with_name("ray")
 TARGETS = ["tiny_linear", "refused", "two_methods", "raises", "retried"]
 MISSING = "lowerd: --executor ray needs Ray: pip install 'lowerd[ray]'\n"
 
@@ -113,40 +110,12 @@ def cluster() -> Iterator[str]:
     """A one-node Ray cluster (2 CPUs, no dashboard) in its own session; its address."""
     # A short folder: Ray's Unix sockets live under it, and their paths are capped at 107 bytes.
     temp = Path(tempfile.mkdtemp(prefix="lowerd-ray-", dir="/tmp"))
-    port = _free_port()
-    head = subprocess.Popen(
-        [
-            str(RAY),
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            "--node-ip-address=127.0.0.1",
-            f"--temp-dir={temp}",
-            "--num-cpus=2",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # Ray's processes share its group: killed together below
-        env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"),
-    )
     try:
-        assert head.stdout is not None
-        seen = []
-        for line in head.stdout:  # until it says it runs (or ends: the loop stops)
-            seen.append(line)
-            if "Ray runtime started" in line:
-                break
-        else:
-            pytest.fail("ray start ended:\n" + "".join(seen))
-        yield f"127.0.0.1:{port}"
+        with ray_cluster(temp, cpus=2) as address:
+            yield address
+    except RayStartFailed as error:
+        pytest.fail(str(error))
     finally:
-        with contextlib.suppress(ProcessLookupError):  # the group ended on its own
-            os.killpg(head.pid, signal.SIGKILL)
-        head.wait()
         shutil.rmtree(temp, ignore_errors=True)
 
 
@@ -378,10 +347,3 @@ def _explain(config: ProjectConfig, name: str) -> list[str]:
 def _pid_file(project: Path) -> Path:
     """Where `waits` writes its pid: outside the project, so not one of its inputs."""
     return project.parent / "waits.pid"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
