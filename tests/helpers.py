@@ -348,3 +348,18 @@ def assert_config_error(folder: Path, text: str, line: int, parts: list[str]) ->
     assert error.location.line == line, error.message
     for part in parts:
         assert part in error.message, error.message
+
+
+def edit_refused_weights(project: Path) -> None:
+    """basic's refused model with fc2's bias moved: a weight edit of one of its two partitions,
+    written as a user would write it."""
+    model = project / "models" / "refused.py"
+    model.write_text(
+        model.read_text().replace(
+            "    return Refused().eval(), (torch.randn(2, 8),)\n",
+            "    model = Refused().eval()\n"
+            "    with torch.no_grad():\n"
+            "        model.fc2.bias.add_(1.0)\n"
+            "    return model, (torch.randn(2, 8),)\n",
+        )
+    )

@@ -21,7 +21,7 @@ from lowerd.project.partition_match import PartitionIdentity, match_partitions
 from lowerd.project.rebuild_record import changed_lines
 from lowerd.project.result import TargetResult
 
-from helpers import line_marks, lowerd_without_torch
+from helpers import edit_refused_weights, line_marks, lowerd_without_torch
 from stock import forget_project_modules
 
 UP_TO_DATE = "  up to date: nothing it read or wrote has changed since"
@@ -70,19 +70,10 @@ def test_a_weight_edit_names_the_file_the_partition_and_the_weights(
     config = load_config(project / "pyproject.toml")
     store = BlobStore(tmp_path / "cache")
     build(config, "refused", store)
-    model = project / "models" / "refused.py"
-    model.write_text(
-        model.read_text().replace(
-            "    return Refused().eval(), (torch.randn(2, 8),)\n",
-            "    model = Refused().eval()\n"
-            "    with torch.no_grad():\n"
-            "        model.fc2.bias.add_(1.0)\n"
-            "    return model, (torch.randn(2, 8),)\n",
-        )
-    )
+    edit_refused_weights(project)
     build(config, "refused", store)
 
-    text = model.read_text().splitlines()
+    text = (project / "models" / "refused.py").read_text().splitlines()
     first = text.index("    model = Refused().eval()") + 1
     fc1 = text.index("        x = self.fc1(x)") + 1
     fc2 = line_marks(project)["refused.cumsum"][1] + 1  # return self.fc2(x)

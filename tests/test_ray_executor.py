@@ -34,6 +34,7 @@ from helpers import (
     RUN_DEADLINE,
     Run,
     copy_project,
+    edit_refused_weights,
     line_marks,
     lowerd,
     lowerd_env,
@@ -261,21 +262,12 @@ def test_explain_says_what_a_local_build_would(
         "refused: no earlier build: lowered 2 partitions (0 from the cache)",
         "  up to date: nothing it read or wrote has changed since",
     ]
-    model = project / "models" / "refused.py"
-    model.write_text(
-        model.read_text().replace(
-            "    return Refused().eval(), (torch.randn(2, 8),)\n",
-            "    model = Refused().eval()\n"
-            "    with torch.no_grad():\n"
-            "        model.fc2.bias.add_(1.0)\n"
-            "    return model, (torch.randn(2, 8),)\n",
-        )
-    )
+    edit_refused_weights(project)
     ray = ("--executor", "ray", "--ray-address", cluster)
     run = lowerd(project, ray_cache, "build", *ray, "refused")
     assert run.returncode == 0, run.log
 
-    text = model.read_text().splitlines()
+    text = (project / "models" / "refused.py").read_text().splitlines()
     first = text.index("    model = Refused().eval()") + 1
     fc2 = line_marks(project)["refused.cumsum"][1] + 1  # return self.fc2(x)
     assert _explain(config, "refused") == [
