@@ -447,6 +447,7 @@ class _TargetBuilder:
         if self.target.whole_program:
             return self._lower_whole_program(exported)
         from lowerd.lowering.edge_speedups import EdgeSpeedups
+        from lowerd.lowering.vulkan_patterns import pattern_graphs_made_once
         from lowerd.lowering.xnnpack_passes import XnnpackPassSkips
 
         speedups = EdgeSpeedups(self.store)
@@ -464,7 +465,12 @@ class _TargetBuilder:
         self._report_when_partitioned(partitioners[-1], displays, list(exported), reasons)
         preprocess = PreprocessCache(self.store, on_preprocess=self._preprocessed)
         try:
-            with preprocess.installed(), speedups.installed(), pass_skips.installed():
+            with (
+                preprocess.installed(),
+                speedups.installed(),
+                pass_skips.installed(),
+                pattern_graphs_made_once(),
+            ):
                 edge = to_edge_transform_and_lower(
                     exported,
                     transform_passes=self.transform_passes,

@@ -130,14 +130,37 @@ def _with_backends(project: Path, name: str, backends: list[str]) -> ProjectConf
     return load_config(pyproject)
 
 
-def test_vulkan_cold_and_warm_equal_stock(project: Path, store: BlobStore) -> None:
+def test_vulkan_cold_and_warm_equal_stock(
+    project: Path, store: BlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = _with_backends(project, "refused", ["vulkan"])
     expected = sha256(stock_pte(project, "models/refused.py:make", ["vulkan"]))
+    made = _count_pattern_graphs(monkeypatch)
     cold = build(config, "refused", store)
+    # Vulkan's pattern graphs (RoPE references, ~2 s each) were made once, not once a partition
+    # and once to partition (lowering/vulkan_patterns.py), and the bytes are stock's.
+    assert partitions(cold) == 2 and made and set(made.values()) == {1}
     warm = build(config, "refused", store)
     assert pte_digest(cold) == pte_digest(warm) == expected
     assert warm.cache.misses == 0 and warm.cache.hits == partitions(warm) > 0
     assert set(warm.methods["forward"].backends) == {"Vulkan"}
+
+
+def _count_pattern_graphs(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How many times each registered Vulkan pattern function makes its graphs, from now on."""
+    from executorch.backends.vulkan.patterns.pattern_registry import fusable_patterns
+
+    made: dict[str, int] = {}
+    for name, entry in fusable_patterns.items():
+        if entry.get_graphs_fn is not None:
+
+            def counted(make: Any = entry.get_graphs_fn, name: str = name) -> Any:
+                made[name] = made.get(name, 0) + 1
+                return make()
+
+            made[name] = 0
+            monkeypatch.setattr(entry, "get_graphs_fn", counted)
+    return made
 
 
 def test_coreml_warm_build_equals_cold(project: Path, store: BlobStore) -> None:
