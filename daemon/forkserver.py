@@ -148,6 +148,7 @@ def _lower_once(backends: list[Backend]) -> None:
     from executorch.exir import to_edge_transform_and_lower
 
     from lowerd.lowering.partitioners import make_partitioner
+    from lowerd.lowering.vulkan_patterns import pattern_graphs_made_once
 
     # On one thread: a parallel op here would start GNU OpenMP's thread pool, and a fork of a
     # process with that pool hangs at its first parallel op (gomp_team_barrier_wait_end).
@@ -157,7 +158,10 @@ def _lower_once(backends: list[Backend]) -> None:
         model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
         program = torch.export.export(model, (torch.zeros(1, 4),))
         partitioners = [make_partitioner(backend) for backend in backends]
-        to_edge_transform_and_lower({"forward": program}, partitioner=partitioners).to_executorch()
+        # Vulkan's pattern graphs are made here too, once: every fork has them.
+        with pattern_graphs_made_once():
+            lowered = to_edge_transform_and_lower({"forward": program}, partitioner=partitioners)
+        lowered.to_executorch()
     finally:
         torch.set_num_threads(threads)  # the workers' ops run on every core again
 
