@@ -190,13 +190,30 @@ function chooseCodeAction(title) {
   return chooseRow(".action-widget .monaco-list-row", ".title", title);
 }
 
+/** The active editor group's index and its active tab's label. */
+function activeEditor() {
+  return page.$$eval(".part.editor .editor-group-container", (groups) => {
+    const index = groups.findIndex((group) => group.classList.contains("active"));
+    const tab = groups[index]?.querySelector(".tab.active");
+    return { group: index, tab: tab?.getAttribute("aria-label") ?? null };
+  });
+}
+
+/**
+ * The model, active in the first editor group: where the user edits, with the report, the
+ * explanation and the compare view opening beside it.
+ */
 async function openModel() {
+  await page.keyboard.press("Control+1");
+  await until("the first editor group focused", async () => {
+    const active = await activeEditor();
+    return { done: active.group === 0, seen: active };
+  });
   await quickOpen("Control+P", config.file);
   await pickRow(path.basename(config.file));
-  await until(`${config.file} as the active editor`, async () => {
-    const all = await tabs();
-    const active = all.find((tab) => tab.active);
-    return { done: active?.label.startsWith(path.basename(config.file)), seen: all };
+  await until(`${config.file} active in the first editor group`, async () => {
+    const active = await activeEditor();
+    return { done: active.group === 0 && active.tab?.startsWith(path.basename(config.file)), seen: active };
   });
 }
 
