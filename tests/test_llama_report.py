@@ -84,7 +84,8 @@ def test_module_coverage_over_layers(report: MethodReport) -> None:
 
 def test_table_fits_a_screen(document: dict) -> None:
     lines = format_report(document, 1.0).splitlines()
-    refusals = lines[2:-2]  # after the target's and the method's lines, before the summary
+    assert lines[1].lstrip().startswith(".pte ")  # the target's sizes, then its method
+    refusals = lines[3:-2]  # after the target's, sizes and method's lines, before the summary
     assert len(refusals) <= 15, "\n".join(lines)
     assert refusals[0].startswith("    fix first")
     assert refusals[1].startswith("      5× aten.mean.dim  mean.dim only supports")
