@@ -50,6 +50,8 @@ MISSING_RAY = "needs Ray: pip install 'lowerd[ray]'"
 # A task whose worker process or node died runs once more; a model that kills it every time is
 # then reported, not retried for ever.
 MAX_RETRIES = 1
+# How long a wait for the next finished task runs before Python can act on a Ctrl-C.
+_POLL_SECONDS = 0.5
 # Never sent to the nodes: environments, VCS data, caches and what builds write (gitignore
 # patterns, relative to the project root; out_dir and cache_dir are added when inside it).
 EXCLUDES = (
@@ -200,7 +202,9 @@ class _Tasks:
                 while waiting and (jobs is None or len(running) < jobs):
                     target = waiting.pop(0)
                     running[self._submit(target)] = target
-                ready, _ = self.ray.wait(list(running), num_returns=1)
+                # With a timeout: a wait without one can hold the interpreter in Ray's C++ past
+                # a Ctrl-C, which Python only raises once it runs again.
+                ready, _ = self.ray.wait(list(running), num_returns=1, timeout=_POLL_SECONDS)
                 for ref in ready:
                     target = running.pop(ref)
                     results[target.name] = self._receive(ref, target)
