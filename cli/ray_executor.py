@@ -26,12 +26,9 @@ import contextlib
 import io
 import logging
 import re
-import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -53,8 +50,6 @@ MISSING_RAY = "needs Ray: pip install 'lowerd[ray]'"
 # A task whose worker process or node died runs once more; a model that kills it every time is
 # then reported, not retried for ever.
 MAX_RETRIES = 1
-# How long a wait for the next finished task runs before a Ctrl-C is acted on.
-_POLL_SECONDS = 0.5
 # Never sent to the nodes: environments, VCS data, caches and what builds write (gitignore
 # patterns, relative to the project root; out_dir and cache_dir are added when inside it).
 EXCLUDES = (
@@ -176,23 +171,6 @@ def runtime_env(config: ProjectConfig) -> dict[str, Any]:
     return {"working_dir": str(config.root), "excludes": excludes, "env_vars": env_vars}
 
 
-@contextmanager
-def _ctrl_c_noted() -> Iterator[threading.Event]:
-    """While Ray waits, a Ctrl-C is noted here and acted on after the wait (at most
-    _POLL_SECONDS later). Ray's wait runs Python's signal handlers itself and can drop the
-    KeyboardInterrupt the default handler raises (seen: a wait that went on past a Ctrl-C); a
-    flag cannot be dropped. A SIGINT that was ignored (a background job) stays ignored."""
-    interrupted = threading.Event()
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        yield interrupted
-        return
-    signal.signal(signal.SIGINT, lambda *_: interrupted.set())
-    try:
-        yield interrupted
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 class _Tasks:
     """The stale targets' tasks: submitted, awaited, cancelled when interrupted."""
 
@@ -218,20 +196,17 @@ class _Tasks:
         running: dict[Any, TargetConfig] = {}  # object ref -> its target
         results: dict[str, TargetResult] = {}
         try:
-            with _ctrl_c_noted() as interrupted:
-                while waiting or running:
-                    if interrupted.is_set():
-                        raise KeyboardInterrupt
-                    while waiting and (jobs is None or len(running) < jobs):
-                        target = waiting.pop(0)
-                        running[self._submit(target)] = target
-                    ready, _ = self.ray.wait(list(running), num_returns=1, timeout=_POLL_SECONDS)
-                    for ref in ready:
-                        target = running.pop(ref)
-                        results[target.name] = self._receive(ref, target)
-                        if self.progress:
-                            done = f"{len(results)} of {len(targets)} on Ray"
-                            self.progress("built", target.name, done)
+            while waiting or running:
+                while waiting and (jobs is None or len(running) < jobs):
+                    target = waiting.pop(0)
+                    running[self._submit(target)] = target
+                ready, _ = self.ray.wait(list(running), num_returns=1)
+                for ref in ready:
+                    target = running.pop(ref)
+                    results[target.name] = self._receive(ref, target)
+                    if self.progress:
+                        done = f"{len(results)} of {len(targets)} on Ray"
+                        self.progress("built", target.name, done)
         finally:  # interrupted: the tasks still running are killed, their forks with them
             for ref in running:
                 with contextlib.suppress(Exception):

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -363,3 +364,10 @@ def edit_refused_weights(project: Path) -> None:
             "    return model, (torch.randn(2, 8),)\n",
         )
     )
+
+
+def interruptible() -> None:
+    """A child's preexec_fn: Ctrl-C reaches it as in a terminal, even when the tests themselves
+    run with SIGINT ignored (a background job of a non-interactive shell inherits SIG_IGN, and
+    Python keeps it), as CI may run them."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

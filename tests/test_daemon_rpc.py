@@ -53,6 +53,7 @@ from helpers import (
     SharedBuild,
     copy_project,
     daemon_of,
+    interruptible,
     lowerd,
     lowerd_env,
     lowerd_without_torch,
@@ -85,14 +86,8 @@ def start_client(cwd: Path, cache: Path, *args: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_interruptible,
+        preexec_fn=interruptible,
     )
-
-
-def _interruptible() -> None:
-    """Ctrl-C reaches the client as in a terminal, even when the tests themselves run with SIGINT
-    ignored (a background job of a non-interactive shell inherits SIG_IGN, and Python keeps it)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def finished(client: subprocess.Popen) -> Run:

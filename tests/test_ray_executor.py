@@ -35,6 +35,7 @@ from helpers import (
     Run,
     copy_project,
     edit_refused_weights,
+    interruptible,
     line_marks,
     lowerd,
     lowerd_env,
@@ -241,6 +242,7 @@ def test_ctrl_c_cancels_the_tasks_and_their_builds(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,  # Ctrl-C as in a terminal, however the tests were started
     )
     try:
         pid = int(wait_until(lambda: pid_file.exists() and pid_file.read_text(), what="the build"))
