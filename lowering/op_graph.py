@@ -28,7 +28,7 @@ def op_graph(graph_module: torch.fx.GraphModule, partition_labels: Sequence[str]
     # get_attr node name -> (partition index, its lowered module)
     partitions: dict[str, tuple[int, LoweredBackendModule]] = {}
     for node in graph_module.graph.nodes:
-        lowered = _lowered(graph_module, node)
+        lowered = lowered_module(graph_module, node)
         if lowered is not None:  # in graph order, as the report lists the partitions
             partitions[node.name] = (len(partitions), lowered)
             continue
@@ -105,9 +105,10 @@ class _Builder:
         self.producers[call.name] = sorted({p for out in self.outputs[call.name] for p in out})
 
 
-def _lowered(
+def lowered_module(
     graph_module: torch.fx.GraphModule, node: torch.fx.Node
 ) -> LoweredBackendModule | None:
+    """The delegate a get_attr node names, if it names one."""
     if node.op != "get_attr" or not isinstance(node.target, str):
         return None
     owner = getattr(graph_module, node.target, None)

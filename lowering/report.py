@@ -23,7 +23,7 @@ from lowerd.lowering.module_coverage import (
     module_stack,
     qualified_class,
 )
-from lowerd.lowering.op_graph import op_graph
+from lowerd.lowering.op_graph import lowered_module, op_graph
 from lowerd.lowering.partition_graph import PartitionGraph
 from lowerd.lowering.preprocess_cache import PreprocessCache
 from lowerd.lowering.reasons import PartitionReasons
@@ -78,7 +78,7 @@ def method_report(
     )
     modules: list[_ModuleOp] = []
     for node in graph_module.graph.nodes:
-        lowered = _lowered_module(graph_module, node)
+        lowered = lowered_module(graph_module, node)
         if lowered is not None:
             record = preprocess.outcome_of_blob(lowered.processed_bytes) if preprocess else None
             nodes = lowered.original_module.graph.nodes
@@ -115,7 +115,7 @@ def partitioned_report(
     tagged: dict[str, list[torch.fx.Node]] = {}
     modules: list[_ModuleOp] = []
     for node in graph_module.graph.nodes:
-        lowered = _lowered_module(graph_module, node)
+        lowered = lowered_module(graph_module, node)
         if lowered is not None:  # taken by an earlier partitioner
             nodes = lowered.original_module.graph.nodes
             display = _display(lowered.backend_id)
@@ -146,23 +146,14 @@ def _delegate_call(
     """(partition id, backend) of an executorch_call_delegate node: a partition of the graph."""
     if node.op != "call_function" or not node.args or not isinstance(node.args[0], torch.fx.Node):
         return None
-    lowered = _lowered_module(graph_module, node.args[0])
+    lowered = lowered_module(graph_module, node.args[0])
     return (node.args[0].name, _display(lowered.backend_id)) if lowered is not None else None
 
 
 def lowered_modules(graph_module: torch.fx.GraphModule) -> list[LoweredBackendModule]:
     """The method's delegates in the order method_report lists its partitions."""
-    found = (_lowered_module(graph_module, node) for node in graph_module.graph.nodes)
+    found = (lowered_module(graph_module, node) for node in graph_module.graph.nodes)
     return [lowered for lowered in found if lowered is not None]
-
-
-def _lowered_module(
-    graph_module: torch.fx.GraphModule, node: torch.fx.Node
-) -> LoweredBackendModule | None:
-    if node.op != "get_attr" or not isinstance(node.target, str):
-        return None
-    owner = getattr(graph_module, node.target, None)
-    return owner if isinstance(owner, LoweredBackendModule) else None
 
 
 def _display(backend_id: str) -> str:
