@@ -16,7 +16,6 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from lowerd.build_output import ProgressLine, print_outcome, progress_printer
 from lowerd.cache.store import BlobStore
@@ -33,7 +32,7 @@ from lowerd.daemon.protocol import (
 from lowerd.exit_codes import exit_code
 from lowerd.project.batch import Batch
 from lowerd.project.build_state import remember_peak_rss
-from lowerd.project.config import ProjectConfig, TargetConfig, find_config
+from lowerd.project.config import ProjectConfig, TargetConfig, choose_config
 from lowerd.project.project_store import store_for
 from lowerd.project.result import TargetResult
 from lowerd.report_table import ReportView
@@ -48,7 +47,7 @@ def run_build(
     view: ReportView | None = None,
 ) -> int:
     started = time.perf_counter()
-    path = Path(config_path) if config_path else find_config(Path.cwd())
+    path = choose_config(config_path)
     batch = Batch.load(path, target_names, use_cache)
     batch.answer_up_to_date()
     if batch.stale:

@@ -4,7 +4,6 @@ it says when part of that store could not be read or changed."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from lowerd.cache.location import format_size
 from lowerd.cache.remote import error_reason
@@ -12,7 +11,7 @@ from lowerd.cache.remote_stats import remote_counts
 from lowerd.cache.store import BlobStore
 from lowerd.cache.tiered import TieredStore
 from lowerd.exit_codes import EXIT_OK, EXIT_TARGET_FAILED
-from lowerd.project.config import find_config, load_config
+from lowerd.project.config import choose_config, load_config
 from lowerd.project.errors import ConfigError
 from lowerd.project.project_store import store_for
 
@@ -20,7 +19,7 @@ from lowerd.project.project_store import store_for
 def open_store(config_path: str | None) -> BlobStore:
     """The store of the project around the cwd (or --config); the user's store outside one."""
     try:
-        path = Path(config_path) if config_path else find_config(Path.cwd())
+        path = choose_config(config_path)
     except ConfigError:
         return store_for(None)
     return store_for(load_config(path))

@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
 from lowerd.build_output import progress_printer
 from lowerd.exit_codes import exit_code
 from lowerd.project.batch import Outcome
 from lowerd.project.compare import CompareBatch
 from lowerd.project.compare_result import CompareResult
-from lowerd.project.config import find_config
+from lowerd.project.config import choose_config
 
 
 def run_compare(
@@ -32,7 +31,7 @@ def run_compare(
     """`daemon`: True to start one if none runs, False never to use one, None to use a running
     one."""
     started = time.perf_counter()
-    path = Path(config_path) if config_path else find_config(Path.cwd())
+    path = choose_config(config_path)
     batch = CompareBatch.load(path, target_name, backends, use_cache)  # usage errors first
     if daemon is not False:
         answer = _via_daemon(batch, start=bool(daemon))

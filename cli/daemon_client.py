@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from lowerd.build_output import print_outcome, progress_printer
 from lowerd.daemon.frames import FrameError, encode_frame, read_frame
@@ -43,7 +42,12 @@ from lowerd.daemon.runtime import (
     remove_files,
 )
 from lowerd.exit_codes import EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE, exit_code
-from lowerd.project.config import ProjectConfig, find_config, load_config, select_targets
+from lowerd.project.config import (
+    ProjectConfig,
+    choose_config,
+    load_config,
+    select_targets,
+)
 from lowerd.report_table import ReportView
 
 START_TIMEOUT_SECONDS = 60.0
@@ -65,7 +69,7 @@ class DaemonBypassed(DaemonError):
 
 
 def load_project(config_path: str | None) -> ProjectConfig:
-    return load_config(Path(config_path) if config_path else find_config(Path.cwd()))
+    return load_config(choose_config(config_path))
 
 
 # lowerd build ---------------------------------------------------------------------------------

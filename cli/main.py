@@ -272,13 +272,12 @@ def _ray_asked_by(args: argparse.Namespace) -> str | None:
 def _run_explain(args: argparse.Namespace) -> int:
     """Read from the build records: no torch, no daemon, no build."""
     import json
-    from pathlib import Path
 
     from lowerd.exit_codes import EXIT_OK
-    from lowerd.project.config import find_config, load_config
+    from lowerd.project.config import choose_config, load_config
     from lowerd.project.explain import explain_targets
 
-    config = load_config(Path(args.config) if args.config else find_config(Path.cwd()))
+    config = load_config(choose_config(args.config))
     document = explain_targets(config, args.targets)
     if args.json:
         print(json.dumps(document, indent=2))
@@ -289,13 +288,12 @@ def _run_explain(args: argparse.Namespace) -> int:
 
 def _run_stock_script(args: argparse.Namespace) -> int:
     """From the config alone: no torch, no build (project/reproducer.py)."""
-    from pathlib import Path
 
     from lowerd.exit_codes import EXIT_OK
-    from lowerd.project.config import find_config, load_config, select_targets
+    from lowerd.project.config import choose_config, load_config, select_targets
     from lowerd.project.reproducer import stock_script
 
-    config = load_config(Path(args.config) if args.config else find_config(Path.cwd()))
+    config = load_config(choose_config(args.config))
     [target] = select_targets(config, [args.target])
     print(stock_script(config, target), end="")
     return EXIT_OK

@@ -29,7 +29,6 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -39,7 +38,7 @@ from lowerd.build_output import ProgressLine, print_outcome, progress_printer
 from lowerd.exit_codes import EXIT_USAGE, exit_code
 from lowerd.project.batch import Batch
 from lowerd.project.build_state import load_state, tool_versions
-from lowerd.project.config import ProjectConfig, TargetConfig, find_config
+from lowerd.project.config import ProjectConfig, TargetConfig, choose_config
 from lowerd.project.library_output import log_level, route_library_logs
 from lowerd.project.result import TargetResult
 from lowerd.ray_outputs import take_payload
@@ -87,7 +86,7 @@ def run_ray_build(
     except ImportError:
         print(f"lowerd: {asked_by} {MISSING_RAY}", file=sys.stderr)
         return EXIT_USAGE
-    path = Path(config_path) if config_path else find_config(Path.cwd())
+    path = choose_config(config_path)
     batch = Batch.load(path, target_names, use_cache)
     address = address or batch.config.ray_address
     batch.answer_up_to_date()

@@ -18,7 +18,12 @@ from lowerd.build_output import print_outcome
 from lowerd.cache.atomic import write_atomic
 from lowerd.exit_codes import EXIT_OK, EXIT_TARGET_FAILED
 from lowerd.project.build_state import load_state, state_path, why_out_of_date
-from lowerd.project.config import ProjectConfig, find_config, load_config, select_targets
+from lowerd.project.config import (
+    ProjectConfig,
+    choose_config,
+    load_config,
+    select_targets,
+)
 from lowerd.project.report_page import TargetPage, render_page
 from lowerd.project.result import TargetResult
 from lowerd.report_table import ReportView
@@ -32,7 +37,7 @@ def run_report(
     view: ReportView | None = None,
 ) -> int:
     started = time.perf_counter()
-    config = load_config(Path(config_path) if config_path else find_config(Path.cwd()))
+    config = load_config(choose_config(config_path))
     pages = [target_page(config, target.name) for target in select_targets(config, target_names)]
     missing = [page.name for page in pages if page.result is None]
     for name in missing:

@@ -238,6 +238,11 @@ def find_config(start: Path) -> Path:
     raise ConfigError(f"no {PYPROJECT} with [tool.lowerd] found in {start} or its parents")
 
 
+def choose_config(explicit: str | None) -> Path:
+    """The pyproject.toml a command uses: --config's, else the one found from the cwd up."""
+    return Path(explicit) if explicit else find_config(Path.cwd())
+
+
 def load_config(path: Path) -> ProjectConfig:
     path = Path(os.path.abspath(path))
     text = _decode(_read_bytes(path), path)
