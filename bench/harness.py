@@ -34,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -124,18 +123,14 @@ def workdir(prefix: str, keep: bool) -> Iterator[Path]:
 
 
 def snapshot_lowerd(root: Path) -> Path:
-    """Copy lowerd's source, laid out as installed (pyproject's package-dir), into root.
+    """Copy lowerd's source (src/lowerd) into root.
 
     The workers import this copy: a run takes minutes, and lowerd edited meanwhile would
     otherwise mix two versions of it in one table.
     """
-    with (REPO / "pyproject.toml").open("rb") as file:
-        folders = tomllib.load(file)["tool"]["setuptools"]["package-dir"]
     source = root / "lowerd-src"
-    for package, folder in sorted(folders.items()):  # "lowerd" before "lowerd.cache"
-        destination = source / package.replace(".", "/")
-        ignore = shutil.ignore_patterns("__pycache__")
-        shutil.copytree(REPO / folder, destination, ignore=ignore, dirs_exist_ok=True)
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REPO / "src" / "lowerd", source / "lowerd", ignore=ignore, dirs_exist_ok=True)
     # Compiled now, so that the first lowerd run's import time does not include compiling it.
     compileall.compile_dir(source, quiet=1)
     return source

@@ -24,12 +24,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from lowerd.daemon.protocol import WorkerEvent, parse_event
 from lowerd.daemon.runtime import DaemonPaths, DaemonStatus, read_status
-from lowerd.daemon.workers import BuildRequest
 from lowerd.project.config import load_config
 from lowerd.project.errors import ConfigError
 from lowerd.project.result import TargetResult
+from lowerd.worker.protocol import WorkerEvent, parse_event
+from lowerd.worker.workers import BuildRequest
 
 T = TypeVar("T")
 
@@ -155,8 +155,8 @@ def lowerd(cwd: Path, cache: Path, *args: str) -> Run:
 # Runs the command's main() in-process, then fails (exit 99) if it imported torch or executorch.
 _WITHOUT_TORCH = """\
 import sys
-import lowerd.main
-code = lowerd.main.main(sys.argv[1:])
+import lowerd.cli.main
+code = lowerd.cli.main.main(sys.argv[1:])
 heavy = sorted(m for m in ("torch", "executorch") if m in sys.modules)
 if heavy:
     print(f"IMPORTED {heavy}", file=sys.stderr)
@@ -256,7 +256,7 @@ def without_timing(value: Any) -> Any:
 class FakeBuild:
     """A submitted build that ends when the test says: finish(), or cancel() as the pool would.
     Events and results are given as the worker's frames, and reach the pool's user typed, as the
-    real pool parses them (daemon/protocol.py)."""
+    real pool parses them (worker/protocol.py)."""
 
     build_id: int
     request: BuildRequest

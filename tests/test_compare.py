@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from lowerd.compare_table import format_compare
+from lowerd.cli.compare_table import format_compare
 from lowerd.daemon.compare_service import CompareService, compare_answer
-from lowerd.daemon.protocol import CompareCall
 from lowerd.daemon.rpc import RequestError, parse_request
-from lowerd.daemon.workers import BuildRequest, WorkerPool
 from lowerd.project.compare_result import BackendComparison, CompareResult, NotDelegatedGroup
 from lowerd.project.config import load_config
 from lowerd.project.result import ErrorInfo, TargetResult
+from lowerd.worker.protocol import CompareCall
+from lowerd.worker.workers import BuildRequest, WorkerPool
 
 from helpers import lowerd
 

@@ -1,4 +1,4 @@
-"""The typed contracts (project/result.py, project/report_model.py, daemon/protocol.py): each
+"""The typed contracts (project/result.py, project/report_model.py, worker/protocol.py): each
 reads back what it writes, every constructor makes the whole document shape, and the daemon's
 request parser makes the typed request of each op."""
 
@@ -9,7 +9,25 @@ from typing import Any
 
 import pytest
 
-from lowerd.daemon.protocol import (
+from lowerd.daemon.rpc import RequestError, parse_request
+from lowerd.project.errors import ExportError
+from lowerd.project.method_graph import CPU, GraphNode, MethodGraph
+from lowerd.project.report_model import (
+    Frame,
+    MethodReport,
+    ModuleCoverage,
+    NotDelegatedOp,
+    PartitionSummary,
+    RefusalGroup,
+)
+from lowerd.project.result import (
+    CacheSummary,
+    ErrorInfo,
+    ProgramSizes,
+    SourceSite,
+    TargetResult,
+)
+from lowerd.worker.protocol import (
     BuildCall,
     ErrorFrame,
     FinalFrame,
@@ -28,24 +46,6 @@ from lowerd.daemon.protocol import (
     WorkerJob,
     parse_event,
     parse_reply,
-)
-from lowerd.daemon.rpc import RequestError, parse_request
-from lowerd.project.errors import ExportError
-from lowerd.project.method_graph import CPU, GraphNode, MethodGraph
-from lowerd.project.report_model import (
-    Frame,
-    MethodReport,
-    ModuleCoverage,
-    NotDelegatedOp,
-    PartitionSummary,
-    RefusalGroup,
-)
-from lowerd.project.result import (
-    CacheSummary,
-    ErrorInfo,
-    ProgramSizes,
-    SourceSite,
-    TargetResult,
 )
 
 DOCUMENT_KEYS = {

@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-from lowerd.daemon.frames import encode_frame, read_frame
 from lowerd.daemon.runtime import (
     DaemonPaths,
     DaemonStatus,
@@ -37,6 +36,7 @@ from lowerd.daemon.runtime import (
     write_status,
 )
 from lowerd.project.config import load_config
+from lowerd.worker.frames import encode_frame, read_frame
 
 from helpers import (
     DEADLINE,
@@ -60,7 +60,7 @@ out_dir = "build"
 [tool.lowerd.targets.tiny_linear]
 entry = "models/tiny_linear.py:make"
 """
-FORK_SERVER = "lowerd.daemon.forkserver"
+FORK_SERVER = "lowerd.worker.forkserver"
 SIGKILL_BIT = 1 << (signal.SIGKILL - 1)  # in /proc/<pid>/status's signal masks
 PF_EXITING = 0x4  # <linux/sched.h>: in /proc/<pid>/stat's flags while the process exits
 

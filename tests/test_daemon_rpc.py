@@ -33,7 +33,6 @@ from typing import Any
 
 import pytest
 
-from lowerd.daemon.frames import encode_frame, read_frame
 from lowerd.daemon.runtime import (
     DaemonPaths,
     InstanceLock,
@@ -43,6 +42,7 @@ from lowerd.daemon.runtime import (
     write_status,
 )
 from lowerd.project.config import load_config
+from lowerd.worker.frames import encode_frame, read_frame
 
 from helpers import (
     DEADLINE,

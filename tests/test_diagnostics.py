@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from lsprotocol import types
 
+from lowerd.cli.report_table import coverage_text
 from lowerd.daemon.diagnostics import (
     MAX_LISTED,
     PROVISIONAL_NOTE,
@@ -27,13 +28,12 @@ from lowerd.daemon.diagnostics import (
     read_lines_from_disk,
     result_diagnostics,
 )
-from lowerd.daemon.entry_site import Site, entry_site
 from lowerd.daemon.settings import DEFAULT_TIMEOUT, Settings
 from lowerd.project.config import load_config
 from lowerd.project.module_paths import collapse_module_paths
 from lowerd.project.report_model import MethodReport, coverage_of
 from lowerd.project.result import ErrorInfo, TargetResult
-from lowerd.report_table import coverage_text
+from lowerd.worker.entry_site import Site, entry_site
 
 MODEL = """\
 import torch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lowerd.daemon.frames import FrameError, encode_frame, take_frame
+from lowerd.worker.frames import FrameError, encode_frame, take_frame
 
 
 def test_take_frame_waits_for_a_whole_frame_and_takes_only_it() -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from lowerd.cli.report_table import format_report
 from lowerd.lowering.build import build_target
 from lowerd.project.config import load_config
 from lowerd.project.report_model import MethodReport
-from lowerd.report_table import format_report
 
 from helpers import PROJECTS, line_marks
 from stock import importable_copy

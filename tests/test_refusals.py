@@ -12,6 +12,7 @@ import pytest
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
+from lowerd.cli.report_table import ReportView, format_report
 from lowerd.daemon.diagnostics import lens_title
 from lowerd.lowering.build import build_target
 from lowerd.lowering.module_coverage import module_coverage
@@ -21,7 +22,6 @@ from lowerd.project.config import load_config
 from lowerd.project.module_paths import collapse_module_paths
 from lowerd.project.report_model import MethodReport, coverage_percent
 from lowerd.project.result import TargetResult
-from lowerd.report_table import ReportView, format_report
 
 from helpers import PROJECTS, line_marks, lowerd
 from stock import importable_copy

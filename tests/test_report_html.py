@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lowerd.cli.report_command import target_page
 from lowerd.lowering.build import build_target
 from lowerd.project.build_state import load_state
 from lowerd.project.config import load_config
@@ -20,7 +21,6 @@ from lowerd.project.method_graph import CPU, MAX_NODES, GraphNode, MethodGraph, 
 from lowerd.project.report_model import MethodReport, PartitionSummary
 from lowerd.project.report_page import TargetPage, render_page
 from lowerd.project.result import TargetResult
-from lowerd.report_command import target_page
 
 from helpers import DEADLINE, PROJECTS, line_marks, lowerd_without_torch
 from stock import importable_copy

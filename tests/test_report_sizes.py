@@ -14,11 +14,11 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir._serialize._program import deserialize_pte_binary
 
+from lowerd.cli.report_table import format_report
 from lowerd.lowering.build import build_target
 from lowerd.project.build_state import up_to_date_report
 from lowerd.project.config import load_config
 from lowerd.project.result import TargetResult
-from lowerd.report_table import format_report
 
 from helpers import PROJECTS
 from stock import call_entry, importable_copy

@@ -16,9 +16,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from lowerd.daemon.protocol import ProgressEvent, WorkerEvent
 from lowerd.daemon.scheduler import Scheduler
-from lowerd.daemon.workers import BuildRequest
 from lowerd.project.build_state import (
     FileStamp,
     TargetState,
@@ -28,6 +26,8 @@ from lowerd.project.build_state import (
 )
 from lowerd.project.config import ProjectConfig, TargetConfig, load_config
 from lowerd.project.result import TargetResult
+from lowerd.worker.protocol import ProgressEvent, WorkerEvent
+from lowerd.worker.workers import BuildRequest
 
 from helpers import (
     DEADLINE,

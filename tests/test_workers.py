@@ -16,8 +16,8 @@ import msgpack
 import pytest
 import pytest_asyncio
 
-from lowerd.daemon.libraries import library_roots
-from lowerd.daemon.protocol import (
+from lowerd.worker.libraries import library_roots
+from lowerd.worker.protocol import (
     ExitedMessage,
     PreloadedMessage,
     PreloadRequest,
@@ -28,7 +28,7 @@ from lowerd.daemon.protocol import (
     parse_fork_server_message,
     parse_fork_server_request,
 )
-from lowerd.daemon.workers import BuildRequest, WorkerPool
+from lowerd.worker.workers import BuildRequest, WorkerPool
 
 from helpers import DEADLINE
 from stock import PROJECTS, sha256, stock_pte
@@ -165,7 +165,7 @@ async def test_an_editor_backends_override_reaches_the_worker(
 # started before the fork, or the child hangs at its first barrier.
 _PARALLEL_AFTER_FORK = """
 import os, signal
-from lowerd.daemon.forkserver import _preload
+from lowerd.worker.forkserver import _preload
 _preload(["xnnpack"])
 pid = os.fork()
 if pid == 0:
@@ -213,7 +213,7 @@ async def test_a_library_a_build_imported_is_warm_for_the_next_until_packages_ch
 
 _PRELOAD = """
 import json, sys
-from lowerd.daemon.forkserver import _import_libraries, _thread_count
+from lowerd.worker.forkserver import _import_libraries, _thread_count
 names = sys.argv[1:]
 threads = _thread_count()
 reply = _import_libraries(names).to_frame()
@@ -272,7 +272,7 @@ def test_a_library_that_retires_its_thread_before_a_fork_is_kept_warm(tmp_path: 
     assert reply["cold"] == [] and reply["tainted"] is False, reply
 
 
-# The fork server's channel, typed on both ends (daemon/protocol.py).
+# The fork server's channel, typed on both ends (worker/protocol.py).
 
 
 def test_the_fork_server_channels_messages_read_back_as_sent() -> None:
@@ -290,7 +290,7 @@ def test_the_fork_server_channels_messages_read_back_as_sent() -> None:
     ]
     for message in messages:
         assert parse_fork_server_message(wire(message.to_frame())) == message
-    # The documented frames (daemon/forkserver.py), unchanged.
+    # The documented frames (worker/forkserver.py), unchanged.
     assert [m.to_frame() for m in messages] == [
         {"op": "ready"},
         {"op": "started", "id": 7, "pid": 4242},

@@ -1,3 +1,0 @@
-from lowerd.main import main
-
-raise SystemExit(main())

@@ -1,0 +1,3 @@
+from lowerd.cli.main import main
+
+raise SystemExit(main())

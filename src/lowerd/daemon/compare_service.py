@@ -1,0 +1,119 @@
+"""The daemon's side of `lowerd compare`: a target built once per backend in the warm workers.
+
+Both of the daemon's front ends use it: the private socket's `compare` request (daemon/rpc.py,
+for `lowerd compare` in a terminal) and the language server's `lowerd.compare` command. As with
+builds, user code runs only in the forked workers; what is up to date is answered here from the
+compare's own build records (project/compare.py), without a worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lowerd.project.batch import Outcome
+from lowerd.project.compare import CompareBatch
+from lowerd.project.compare_result import CompareResult
+from lowerd.project.config import ProjectConfig
+from lowerd.project.errors import LowerdError
+from lowerd.project.result import TargetResult
+from lowerd.worker.protocol import ProgressEvent, ProgressFrame, WorkerEvent
+from lowerd.worker.workers import BuildRequest, WorkerPool
+
+SendFrame = Callable[[ProgressFrame], None]
+# The language server's command: arguments [target, backends?] (a list of names or "a,b"); the
+# editors' "Compare backends" (lowerd.compareBackends) call it and show the answer as a table.
+COMPARE = "lowerd.compare"
+
+
+class CompareService:
+    def __init__(self, pool: WorkerPool):
+        self.pool = pool
+
+    async def compare(
+        self,
+        config_path: str,
+        target: str,
+        backends: str | Sequence[str] | None,
+        use_cache: bool = True,
+        send: SendFrame | None = None,
+        memory_limit: int | None = None,
+    ) -> tuple[CompareResult, Outcome]:
+        """The compare and how it ended; ConfigError for an unknown target or backend.
+
+        The stale backends are submitted at once: the pool runs as many as it has workers.
+        Cancelling it (the client went away) kills their workers.
+        """
+        batch = await asyncio.to_thread(
+            CompareBatch.load, Path(config_path), target, backends, use_cache
+        )
+        await asyncio.to_thread(batch.answer_up_to_date)
+        stale = batch.stale
+        built = await asyncio.gather(
+            *(self._build(batch, backend, send, memory_limit) for backend in stale)
+        )
+        batch.results.update(zip(stale, built, strict=True))
+        return await asyncio.to_thread(batch.outcome)
+
+    async def _build(
+        self,
+        batch: CompareBatch,
+        backend: str,
+        send: SendFrame | None,
+        memory_limit: int | None,
+    ) -> TargetResult:
+        request = BuildRequest(
+            str(batch.config.path),
+            batch.target.name,
+            timeout=batch.config.timeout,
+            memory_limit=memory_limit,
+            use_cache=batch.use_cache,
+            backends=(backend,),
+            out_dir=str(batch.config_for(backend).out_dir),
+        )
+        label = f"{batch.target.name} on {backend}"
+
+        def on_event(event: WorkerEvent) -> None:
+            if send is not None and isinstance(event, ProgressEvent):
+                send(ProgressFrame(label, event.stage, event.detail))
+
+        handle = self.pool.submit(request, on_event)
+        try:
+            return await handle.result()
+        except asyncio.CancelledError:
+            handle.cancel()
+            raise
+
+
+async def compare_answer(
+    pool: WorkerPool | None,
+    config: ProjectConfig | None,
+    arguments: Sequence[Any],
+    memory_limit: int | None = None,
+) -> dict[str, Any]:
+    """The language server's answer: what `lowerd compare --json` prints, or `error` (with no
+    backends) when there is nothing to compare."""
+    target = str(arguments[0]) if arguments else ""
+    failed: dict[str, Any] = {"target": target, "backends": [], "warnings": []}
+    if pool is None or config is None:
+        return {**failed, "error": "no lowerd project is loaded"}
+    if not target:
+        return {**failed, "error": "which target? lowerd.compare takes [target, backends?]"}
+    backends = _backends_argument(arguments[1] if len(arguments) > 1 else None)
+    try:
+        compared, _ = await CompareService(pool).compare(
+            str(config.path), target, backends, memory_limit=memory_limit
+        )
+    except LowerdError as error:
+        return {**failed, "config": str(config.path), "error": str(error)}
+    return compared.to_json()
+
+
+def _backends_argument(raw: Any) -> str | list[str] | None:
+    """The command's backends: "xnnpack,vulkan" or a list of names; None (every known one) when
+    not given."""
+    if isinstance(raw, list):
+        return [str(name) for name in raw] or None
+    return str(raw) if raw else None

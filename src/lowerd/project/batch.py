@@ -1,0 +1,95 @@
+"""One `lowerd build` of several targets: what is already up to date, the JSON document, the
+outcome (which the CLI turns into its exit code).
+
+Shared by the in-process build (lowerd.cli.build_command) and the daemon
+(lowerd.daemon.build_service), so that a build answers with the same document and exit code
+whichever path ran it. Nothing here imports torch: the daemon answers up-to-date targets with it,
+without a worker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from lowerd.project.build_state import discard_failed_output, up_to_date_report
+from lowerd.project.config import ProjectConfig, TargetConfig, load_config, select_targets
+from lowerd.project.project_store import store_for
+from lowerd.project.result import TargetResult, remote_warnings
+
+# How a build ended: every target built; a target failed (the others still build); a usage or
+# config error stopped it. cli/exit_codes.py maps each to the process's exit code.
+Outcome = Literal["ok", "target_failed", "usage"]
+
+
+@dataclass
+class Batch:
+    config: ProjectConfig
+    targets: list[TargetConfig]
+    use_cache: bool
+    results: dict[str, TargetResult] = field(default_factory=dict)  # target name -> its result
+
+    @classmethod
+    def load(cls, config_path: Path, target_names: Sequence[str], use_cache: bool) -> Batch:
+        config = load_config(config_path)
+        return cls(config, select_targets(config, target_names), use_cache)
+
+    def answer_up_to_date(self) -> None:
+        """Fill in every target whose last build still stands (never with --no-cache)."""
+        for target in self.stale:
+            result = self.up_to_date(target)
+            if result is not None:
+                self.results[target.name] = result
+
+    def up_to_date(self, target: TargetConfig) -> TargetResult | None:
+        if not self.use_cache:
+            return None
+        started = time.perf_counter()
+        result = up_to_date_report(self.config, target)
+        return result and result.timed(time.perf_counter() - started)
+
+    @property
+    def stale(self) -> list[TargetConfig]:
+        return [target for target in self.targets if target.name not in self.results]
+
+    def outcome(self) -> tuple[dict[str, Any], Outcome]:
+        """The JSON document and how the build ended, once every target has its result."""
+        results = [self.results[target.name] for target in self.targets]
+        for result in results:
+            discard_failed_output(self.config, result)
+        document = {
+            "config": str(self.config.path),
+            "targets": [result.to_json() for result in results],
+            "warnings": cache_warnings(self.config, self.use_cache, results),
+        }
+        failed = any(not result.ok for result in results)
+        return document, "target_failed" if failed else "ok"
+
+
+def cache_warnings(
+    config: ProjectConfig, use_cache: bool, results: list[TargetResult]
+) -> list[str]:
+    """What of the blob cache, or of its remote tier, a build's results (or a compare's,
+    project/compare.py) could not use; the local store is trimmed to its cap first."""
+    return _store_warnings(config, use_cache, results) + remote_warnings(results)
+
+
+def _store_warnings(
+    config: ProjectConfig, use_cache: bool, results: list[TargetResult]
+) -> list[str]:
+    """Trim the cache to its cap, and say what of it could not be used.
+
+    Only a build that missed can have stored blobs, or found the cache unusable: a store
+    that cannot be written makes every partition a miss ("uncached"). The store notes its
+    I/O errors instead of raising them, so the .pte already written stands.
+    """
+    if not use_cache or not any(result.cache.misses for result in results):
+        return []
+    store = store_for(config)
+    if store.check() is not None:
+        return [f"{line}; built without it" for line in store.warnings()]
+    store.enforce_limit()
+    return store.warnings()
