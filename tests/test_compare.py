@@ -17,10 +17,10 @@ import pytest
 from lowerd.cli.compare_table import format_compare
 from lowerd.daemon.compare_service import CompareService, compare_answer
 from lowerd.daemon.rpc import RequestError, parse_request
+from lowerd.daemon.rpc_messages import CompareCall
 from lowerd.project.compare_result import BackendComparison, CompareResult, NotDelegatedGroup
 from lowerd.project.config import load_config
 from lowerd.project.result import ErrorInfo, TargetResult
-from lowerd.worker.protocol import CompareCall
 from lowerd.worker.workers import BuildRequest, WorkerPool
 
 from helpers import lowerd

@@ -1,6 +1,6 @@
-"""The typed contracts (project/result.py, project/report_model.py, worker/protocol.py): each
-reads back what it writes, every constructor makes the whole document shape, and the daemon's
-request parser makes the typed request of each op."""
+"""The typed contracts (project/result.py, project/report_model.py, worker/protocol.py,
+daemon/rpc_messages.py): each reads back what it writes, every constructor makes the whole
+document shape, and the daemon's request parser makes the typed request of each op."""
 
 from __future__ import annotations
 
@@ -10,6 +10,19 @@ from typing import Any
 import pytest
 
 from lowerd.daemon.rpc import RequestError, parse_request
+from lowerd.daemon.rpc_messages import (
+    BuildCall,
+    ErrorFrame,
+    FinalFrame,
+    PeakInfo,
+    ProgressFrame,
+    RunningBuildInfo,
+    StatusCall,
+    StatusFrame,
+    StopCall,
+    StoppingFrame,
+    parse_reply,
+)
 from lowerd.project.errors import ExportError
 from lowerd.project.method_graph import CPU, GraphNode, MethodGraph
 from lowerd.project.report_model import (
@@ -28,24 +41,13 @@ from lowerd.project.result import (
     TargetResult,
 )
 from lowerd.worker.protocol import (
-    BuildCall,
-    ErrorFrame,
-    FinalFrame,
     LibrariesEvent,
     PartitionedEvent,
-    PeakInfo,
     PeakRssEvent,
     ProgressEvent,
-    ProgressFrame,
     ResultEvent,
-    RunningBuildInfo,
-    StatusCall,
-    StatusFrame,
-    StopCall,
-    StoppingFrame,
     WorkerJob,
     parse_event,
-    parse_reply,
 )
 
 DOCUMENT_KEYS = {

@@ -77,7 +77,7 @@ def _label(batch: CompareBatch, backend: str) -> str:
 def _via_daemon(batch: CompareBatch, start: bool) -> tuple[CompareResult, Outcome] | int | None:
     """The daemon's answer; an exit code when it could not give one; None: no daemon to use."""
     from lowerd.cli.daemon_client import final_via_daemon
-    from lowerd.worker.protocol import CompareCall
+    from lowerd.daemon.rpc_messages import CompareCall
 
     request = CompareCall(
         str(batch.config.path), batch.target.name, batch.backends, batch.use_cache

@@ -19,6 +19,17 @@ from collections.abc import Callable, Sequence
 from lowerd.cli.build_output import print_outcome, progress_printer
 from lowerd.cli.exit_codes import EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE, exit_code
 from lowerd.cli.report_table import ReportView
+from lowerd.daemon.rpc_messages import (
+    BuildCall,
+    FinalFrame,
+    ProgressFrame,
+    Reply,
+    Request,
+    StatusCall,
+    StatusFrame,
+    StopCall,
+    parse_reply,
+)
 from lowerd.daemon.runtime import (
     DaemonPaths,
     DaemonStatus,
@@ -37,18 +48,7 @@ from lowerd.project.config import (
     select_targets,
 )
 from lowerd.worker.frames import FrameError, encode_frame, read_frame
-from lowerd.worker.protocol import (
-    BuildCall,
-    FinalFrame,
-    ProgressFrame,
-    ProtocolError,
-    Reply,
-    Request,
-    StatusCall,
-    StatusFrame,
-    StopCall,
-    parse_reply,
-)
+from lowerd.worker.protocol import ProtocolError
 
 START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 15.0

@@ -15,21 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lowerd.daemon.rpc_messages import PeakInfo, ProgressFrame, RunningBuildInfo
 from lowerd.project.batch import Batch, Outcome
 from lowerd.project.build_state import remember_peak_rss
 from lowerd.project.config import TargetConfig
 from lowerd.project.result import TargetResult
-from lowerd.worker.protocol import (
-    PeakInfo,
-    PeakRssEvent,
-    ProgressEvent,
-    ProgressFrame,
-    RunningBuildInfo,
-    WorkerEvent,
-)
+from lowerd.worker.protocol import PeakRssEvent, ProgressEvent, WorkerEvent
 from lowerd.worker.workers import BuildHandle, BuildRequest, WorkerPool
 
-# What a build request streams to its client while it runs (worker/protocol.py).
+# What a build request streams to its client while it runs (daemon/rpc_messages.py).
 Frame = ProgressFrame
 SendFrame = Callable[[Frame], None]
 TargetKey = tuple[str, str]  # (config path, target name)

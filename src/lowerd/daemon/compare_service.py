@@ -13,13 +13,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lowerd.daemon.rpc_messages import ProgressFrame
 from lowerd.project.batch import Outcome
 from lowerd.project.compare import CompareBatch
 from lowerd.project.compare_result import CompareResult
 from lowerd.project.config import ProjectConfig
 from lowerd.project.errors import LowerdError
 from lowerd.project.result import TargetResult
-from lowerd.worker.protocol import ProgressEvent, ProgressFrame, WorkerEvent
+from lowerd.worker.protocol import ProgressEvent, WorkerEvent
 from lowerd.worker.workers import BuildRequest, WorkerPool
 
 SendFrame = Callable[[ProgressFrame], None]

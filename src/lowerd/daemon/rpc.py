@@ -5,7 +5,7 @@ or the editor's language server's, so that CLI clients and the editor share one 
 project root, its warm workers and what it knows.
 
 The wire is length-prefixed msgpack frames (worker/frames.py), never pickle; one request per
-connection, each request and reply typed in worker/protocol.py:
+connection, each request and reply typed in daemon/rpc_messages.py:
 
     build   {"op": "build", "config": str, "targets": [str], "use_cache": bool, "jobs": int >= 1}
             -> {"type": "progress", "target", "stage", "detail"}...
@@ -38,6 +38,19 @@ from typing import Any
 
 from lowerd.daemon.build_service import BuildService
 from lowerd.daemon.compare_service import CompareService
+from lowerd.daemon.rpc_messages import (
+    BuildCall,
+    CompareCall,
+    ErrorFrame,
+    FinalFrame,
+    ProgressFrame,
+    Reply,
+    Request,
+    StatusCall,
+    StatusFrame,
+    StopCall,
+    StoppingFrame,
+)
 from lowerd.daemon.runtime import (
     DaemonPaths,
     DaemonStatus,
@@ -51,19 +64,6 @@ from lowerd.project.batch import Outcome
 from lowerd.project.config import ProjectConfig
 from lowerd.project.errors import ConfigError, LowerdError
 from lowerd.worker.frames import FrameError, encode_frame, read_frame_async
-from lowerd.worker.protocol import (
-    BuildCall,
-    CompareCall,
-    ErrorFrame,
-    FinalFrame,
-    ProgressFrame,
-    Reply,
-    Request,
-    StatusCall,
-    StatusFrame,
-    StopCall,
-    StoppingFrame,
-)
 
 log = logging.getLogger(__name__)
 
