@@ -17,7 +17,7 @@ from lowerd.project.errors import ConfigError, LowerdError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = command_parser().parse_args(argv)
     if getattr(args, "verbose", False):  # before the handler reads it; the workers inherit it
         os.environ["LOWERD_LOG_LEVEL"] = "DEBUG"
     quiet_library_logs()
@@ -51,7 +51,8 @@ def quiet_library_logs() -> None:
     logging.getLogger().addHandler(handler)
 
 
-def _parser() -> argparse.ArgumentParser:
+def command_parser() -> argparse.ArgumentParser:
+    """The `lowerd` command's arguments, whose `--help` texts docs/cli.md shows (generated)."""
     parser = argparse.ArgumentParser(
         prog="lowerd", description="Fast, explainable ExecuTorch lowering."
     )
