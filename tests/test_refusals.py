@@ -116,7 +116,7 @@ def test_silence_tells_no_support_from_a_config_that_declined() -> None:
     graph = torch.export.export(Ops(), (torch.randn(2, 3),)).graph
     nodes = {node.target.__name__: node for node in graph.nodes if node.op == "call_function"}
     reasons = PartitionReasons()
-    reasons.watch(XnnpackPartitioner(), "XNNPACK")  # its configs; partition() never ran: silence
+    reasons.note_configs(XnnpackPartitioner(), "XNNPACK")  # partition() never ran: silence
 
     def reason(name: str) -> str:
         return reasons.reason_for(nodes[name], f"aten.{name}", ["XNNPACK"])

@@ -414,9 +414,14 @@ class _TargetBuilder:
             )
         return list(partitioners)
 
-    def _partitioners(self, reasons: Any) -> tuple[list[Any], list[str]]:
-        """The partitioners, watched for their reasons, and the display names of their backends
-        (a known backend by its name, another by its backend id)."""
+    def _partitioners(self, reasons: Any, methods: list[str]) -> tuple[list[Any], list[str]]:
+        """The partitioners, each wrapped to be listened to (its reasons; the last one's report
+        as soon as a method is partitioned), and the display names of their backends (a known
+        backend by its name, another by its backend id)."""
+        from functools import partial
+
+        from lowerd.lowering.observed_partitioner import observe
+
         if self.custom_partitioners is not None:
             partitioners = self.custom_partitioners
             displays = [_display_of(partitioner) for partitioner in partitioners]
@@ -425,9 +430,15 @@ class _TargetBuilder:
             options = self.target.backend_options
             partitioners = [self._partitioner(b, options.get(b.name)) for b in backends]
             displays = [b.display for b in backends]
-        for partitioner, display in zip(partitioners, displays, strict=True):
-            reasons.watch(partitioner, display)
-        return partitioners, displays
+        # The last partitioner to run sees each method's final split into partitions.
+        on_result = self._report_when_partitioned(displays, methods, reasons)
+        observed = []
+        for index, (partitioner, display) in enumerate(zip(partitioners, displays, strict=True)):
+            reasons.note_configs(partitioner, display)
+            last = index == len(partitioners) - 1
+            listening = partial(reasons.listening, display)
+            observed.append(observe(partitioner, listening, on_result if last else None))
+        return observed, displays
 
     def _partitioner(self, backend: Backend, options: Mapping[str, Any] | None) -> Any:
         """The backend's partitioner; one whose package is not installed (coremltools) is an
@@ -460,9 +471,7 @@ class _TargetBuilder:
 
         self._stage("partition")
         reasons = PartitionReasons()
-        partitioners, displays = self._partitioners(reasons)
-        # The last partitioner to run sees each method's final split into partitions.
-        self._report_when_partitioned(partitioners[-1], displays, list(exported), reasons)
+        partitioners, displays = self._partitioners(reasons, list(exported))
         preprocess = PreprocessCache(self.store, on_preprocess=self._preprocessed)
         try:
             with (
@@ -579,16 +588,14 @@ class _TargetBuilder:
         }
 
     def _report_when_partitioned(
-        self, partitioner: Any, displays: list[str], methods: list[str], reasons: Any
-    ) -> None:
+        self, displays: list[str], methods: list[str], reasons: Any
+    ) -> Callable[[Any], None]:
         from lowerd.lowering.report import partitioned_report
 
         # ExecuTorch partitions the methods in order, each once per partitioner.
-        partition = partitioner.partition
         remaining = iter(methods)
 
-        def partition_and_report(program: Any) -> Any:
-            result = partition(program)
+        def report(result: Any) -> None:
             method = next(remaining, None)
             graph = result.tagged_exported_program.graph_module
             report = partitioned_report(graph, displays[-1], self.user_files, reasons, displays)
@@ -597,9 +604,8 @@ class _TargetBuilder:
             )
             if method is not None and self.on_partitioned is not None:
                 self.on_partitioned(method, report)
-            return result
 
-        partitioner.partition = partition_and_report
+        return report
 
     def _preprocessed(self, record: Any) -> None:
         self.partitions_done += len(record.blob_digests)

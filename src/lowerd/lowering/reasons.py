@@ -59,21 +59,16 @@ class PartitionReasons:
         constraint = _constraint_of(config)
         return f"{declined}: {constraint}" if constraint else f"{declined} without a reason"
 
-    def watch(self, partitioner: Any, backend: str) -> None:
-        """Make `partitioner.partition` record its reasons into this collector."""
-        partition = partitioner.partition
+    def note_configs(self, partitioner: Any, backend: str) -> None:
+        """Keep the partitioner's configs by target name, when it is built from configs."""
         configs = getattr(partitioner, "target_partitioner_configs", None)
         if isinstance(configs, dict):
             self.configs[backend] = dict(configs)
 
-        def partition_and_record(program: Any) -> Any:
-            with self._listening(backend):
-                return partition(program)
-
-        partitioner.partition = partition_and_record
-
     @contextmanager
-    def _listening(self, backend: str) -> Iterator[None]:
+    def listening(self, backend: str) -> Iterator[None]:
+        """While open, what `backend`'s partitioner says of the nodes it leaves is collected:
+        open it around partition() only (lowering/observed_partitioner.py)."""
         with ExitStack() as stack:
             if backend == "XNNPACK":
                 stack.enter_context(self._xnnpack_log(backend))
