@@ -16,6 +16,7 @@ from lowerd.project.config import (
     select_targets,
 )
 from lowerd.project.errors import ConfigError
+from lowerd.project.located import Located
 from lowerd.project.toml_lines import KeyLocator
 
 from helpers import load_error, write_pyproject
@@ -46,7 +47,19 @@ def test_minimal_config_takes_defaults(tmp_path: Path) -> None:
     assert config.warm_libraries is True
     assert config.targets == {
         "vit": TargetConfig(
-            name="vit", entry="models/vit.py:make", backends=("xnnpack",), line=4, entry_line=5
+            name="vit",
+            line=4,
+            entry=Located("models/vit.py:make", 5),
+            backends=("xnnpack",),
+            etrecord=False,
+            backend_options={},
+            quantize=None,
+            edge_compile_config={},
+            executorch_backend_config={},
+            transform_passes=None,
+            constant_methods={},
+            partitioners=None,
+            whole_program=None,
         )
     }
     assert config.output_path("vit") == tmp_path / "build" / "vit.pte"

@@ -14,6 +14,7 @@ from lowerd.cache.store import BlobStore
 from lowerd.lowering.build import build_target
 from lowerd.project.build_state import load_state, target_inputs_digest
 from lowerd.project.config import ProjectConfig, load_config
+from lowerd.project.located import Located
 from lowerd.project.result import TargetResult
 
 from helpers import assert_config_error, write_pyproject
@@ -44,11 +45,11 @@ def test_keys_read_and_digested(tmp_path: Path) -> None:
         )
     )
     custom, whole, plain = (config.targets[n] for n in ("custom", "whole", "plain"))
-    assert custom.partitioners == "parts.py:partitioners" and custom.partitioners_line == 6
+    assert custom.partitioners == Located("parts.py:partitioners", 6)
     assert custom.lowering_options() == {"partitioners": "parts.py:partitioners"}
-    assert whole.whole_program == {"backend_id": "XnnpackBackend", "compile_specs": {"k": "v"}}
-    assert whole.whole_program_line == 10
-    assert whole.lowering_options() == {"whole_program": whole.whole_program}
+    whole_program = {"backend_id": "XnnpackBackend", "compile_specs": {"k": "v"}}
+    assert whole.whole_program == Located(whole_program, 10)
+    assert whole.lowering_options() == {"whole_program": whole_program}
     digests = {target_inputs_digest(config, t) for t in (custom, whole, plain)}
     assert len(digests) == 3
 

@@ -13,6 +13,7 @@ from lowerd.lowering.build import build_target
 from lowerd.project.build_state import load_state, target_inputs_digest
 from lowerd.project.config import load_config
 from lowerd.project.errors import ConfigError
+from lowerd.project.located import Located
 
 from helpers import load_error
 from stock import PROJECTS, call_entry, importable_copy, sha256
@@ -41,7 +42,7 @@ def test_a_declared_scheme_and_calibration_are_read(tmp_path: Path) -> None:
     )
     quantize = load_config(path).targets["net"].quantize
     assert quantize is not None and quantize.scheme == "xnnpack-int8" and not quantize.is_dynamic
-    assert quantize.calibration == "models.data:samples" and quantize.calibration_line == 8
+    assert quantize.calibration == Located("models.data:samples", 8)
     path.write_text(HEAD + 'quantize = { scheme = "xnnpack-int8-dynamic" }\n')
     quantize = load_config(path).targets["net"].quantize
     assert quantize is not None and quantize.is_dynamic and quantize.calibration is None

@@ -68,7 +68,7 @@ def lowerd_build(root: Path, name: str, store: BlobStore) -> TargetResult:
 
 def stock_digest(root: Path, name: str) -> str:
     target = load_config(root / "pyproject.toml").targets[name]
-    return sha256(stock_pte(root, target.entry, list(target.backends)))
+    return sha256(stock_pte(root, target.entry.value, list(target.backends)))
 
 
 @pytest.mark.parametrize(

@@ -43,7 +43,7 @@ def test_cold_and_warm_builds_equal_stock(
 ) -> None:
     config = load_config(project / "pyproject.toml")
     target = config.targets[name]
-    expected = sha256(stock_pte(project, target.entry, list(target.backends)))
+    expected = sha256(stock_pte(project, target.entry.value, list(target.backends)))
 
     # The cold build, on an empty cache: the session's (conftest.py basic_cold, which
     # tests/test_edge_speedups.py reads too), in its own copy of basic/.

@@ -17,6 +17,7 @@ from lowerd.lowering.build import build_target
 from lowerd.project import compile_configs
 from lowerd.project.build_state import load_state, why_out_of_date
 from lowerd.project.config import ProjectConfig, load_config
+from lowerd.project.located import Located
 from lowerd.project.result import TargetResult
 
 from helpers import assert_config_error, write_pyproject
@@ -95,7 +96,7 @@ def test_project_defaults_laid_over_key_by_key(tmp_path: Path) -> None:
     assert a.external_constants and not b.external_constants
     assert a.edge_compile_config == {"_check_ir_validity": False}
     assert b.edge_compile_config == {"_check_ir_validity": False, "_skip_dim_order": True}
-    assert a.transform_passes == "passes.py:passes" and a.transform_passes_line == 9
+    assert a.transform_passes == Located("passes.py:passes", 9)
     assert a.constant_methods == {"vocab": 32, "names": ["a", "b"]}
     assert b.lowering_options() == {
         "edge_compile_config": b.edge_compile_config,

@@ -153,7 +153,7 @@ async def built_once(setup: Setup) -> None:
     """Every target built and recorded, each reading its entry file (pkg also its layers)."""
     setup.scheduler.request(ALL, now=True)
     for build in await setup.submitted(len(ALL)):
-        sources = [setup.target(build.target).entry.partition(":")[0]]
+        sources = [setup.target(build.target).entry.value.partition(":")[0]]
         if build.target == "pkg":
             sources = ["tiny_pkg/nets.py", "tiny_pkg/layers.py", "tiny_pkg/__init__.py"]
         setup.record(build.target, *sources)

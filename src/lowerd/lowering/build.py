@@ -356,26 +356,23 @@ class _TargetBuilder:
     def _load_transform_passes(self) -> Any:
         """What the target's `transform_passes = "file.py:fn"` function returns (passes for
         to_edge_transform_and_lower); None without one. Its module is a recorded input."""
-        if not self.target.transform_passes:
+        reference = self.target.transform_passes
+        if not reference:
             return None
         from lowerd.lowering.entry import find_function
 
-        line = self.target.transform_passes_line
-        function = find_function(
-            self.config, self.target, self.target.transform_passes, line, "transform_passes"
-        )
+        function = find_function(self.config, self.target, reference, "transform_passes")
         try:
             passes = function()
         except Exception as error:
             raise self._blame(
-                EntryError, error, f"transform_passes {self.target.transform_passes} raised"
+                EntryError, error, f"transform_passes {reference.value} raised"
             ) from error
         if passes is None:
             raise EntryError(
-                f"transform_passes {self.target.transform_passes} returned None; it returns a "
-                "list of passes",
+                f"transform_passes {reference.value} returned None; it returns a list of passes",
                 self.config.path,
-                line,
+                reference.line,
             )
         return passes
 
@@ -389,12 +386,13 @@ class _TargetBuilder:
 
         from lowerd.lowering.entry import find_function
 
-        line = self.target.partitioners_line
-        function = find_function(self.config, self.target, reference, line, "partitioners")
+        function = find_function(self.config, self.target, reference, "partitioners")
         try:
             partitioners = function()
         except Exception as error:
-            raise self._blame(EntryError, error, f"partitioners {reference} raised") from error
+            raise self._blame(
+                EntryError, error, f"partitioners {reference.value} raised"
+            ) from error
         if (
             not isinstance(partitioners, list | tuple)
             or not partitioners
@@ -407,10 +405,10 @@ class _TargetBuilder:
                 else "[" + ", ".join(type(p).__name__ for p in partitioners) + "]"
             )
             raise EntryError(
-                f"partitioners {reference} returned {got}; it returns a non-empty list of "
+                f"partitioners {reference.value} returned {got}; it returns a non-empty list of "
                 "Partitioner instances, like [XnnpackPartitioner()]",
                 file or self.config.path,
-                def_line if file else line,
+                def_line if file else reference.line,
             )
         return list(partitioners)
 
@@ -521,7 +519,8 @@ class _TargetBuilder:
             def forward(self, *args: Any) -> Any:
                 return self.lowered_module(*args)
 
-        whole_program = self.target.whole_program or {}
+        assert self.target.whole_program is not None  # the route of a whole_program target
+        whole_program = self.target.whole_program.value
         backend_id = whole_program["backend_id"]
         display = _display_of_id(backend_id)
         specs = [CompileSpec(k, v.encode()) for k, v in whole_program["compile_specs"].items()]

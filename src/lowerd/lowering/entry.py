@@ -18,6 +18,7 @@ from typing import Any
 
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.errors import EntryError
+from lowerd.project.located import Located
 from lowerd.project.source_map import UserFiles
 
 
@@ -40,25 +41,26 @@ def load_entry(config: ProjectConfig, target: TargetConfig) -> LoadedEntry:
     function = _find_function(config, target)
     file, line = definition_site(function)
     if file is None:  # a builtin or C function (`os:getcwd`): the config line named it
-        file, line = str(config.path), target.entry_line
+        file, line = str(config.path), target.entry.line
     user_files = UserFiles(config.root)
     try:
         returned = function()
     except Exception as error:
-        raise _blame(error, user_files, file, line, f"entry {target.entry} raised") from error
+        raise _blame(error, user_files, file, line, f"entry {target.entry.value} raised") from error
     methods = _methods_from(returned, target, file, line)
     return LoadedEntry(function, file, line, methods)
 
 
 def _find_function(config: ProjectConfig, target: TargetConfig) -> Callable[[], Any]:
-    return find_function(config, target, target.entry, target.entry_line, "entry")
+    return find_function(config, target, target.entry, "entry")
 
 
 def find_function(
-    config: ProjectConfig, target: TargetConfig, reference: str, line: int, role: str
+    config: ProjectConfig, target: TargetConfig, located: Located[str], role: str
 ) -> Callable[..., Any]:
     """The function a "file.py:fn" or "package.module:fn" reference names (the target's entry,
-    its calibration, ...), imported as the entry is; a failure is blamed on the config `line`."""
+    its calibration, ...), imported as the entry is; a failure is blamed on its config line."""
+    reference, line = located.value, located.line
     where, _, function_name = reference.rpartition(":")
     root = str(config.root)
     if root not in sys.path:  # entry files import their siblings as `models.blocks`
@@ -168,18 +170,20 @@ def _methods_from(
 ) -> dict[str, MethodSpec]:
     if isinstance(returned, dict):
         if not returned:
-            raise EntryError(f"entry {target.entry} returned an empty dict of methods", file, line)
+            raise EntryError(
+                f"entry {target.entry.value} returned an empty dict of methods", file, line
+            )
         return {
             _method_name(name, target, file, line): _method(value, f"method {name!r}", file, line)
             for name, value in returned.items()
         }
-    return {"forward": _method(returned, f"entry {target.entry}", file, line)}
+    return {"forward": _method(returned, f"entry {target.entry.value}", file, line)}
 
 
 def _method_name(name: Any, target: TargetConfig, file: str | None, line: int | None) -> str:
     if not isinstance(name, str) or not name.isidentifier():
         raise EntryError(
-            f"entry {target.entry} returned method name {name!r}; names must be identifiers",
+            f"entry {target.entry.value} returned method name {name!r}; names must be identifiers",
             file,
             line,
         )

@@ -22,8 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from lowerd.lowering.entry import MethodSpec, definition_site, find_function
-from lowerd.project.config import ProjectConfig, QuantizeConfig, TargetConfig
+from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.errors import EntryError, LowerdError, LoweringError
+from lowerd.project.lowering_options import QuantizeConfig
 from lowerd.project.source_map import UserFiles
 
 # kind, error, what was being done -> the error to raise, blamed on the user's line
@@ -35,14 +36,13 @@ def calibration_samples(
     config: ProjectConfig, target: TargetConfig, quantize: QuantizeConfig, methods: list[str]
 ) -> dict[str, Samples]:
     """Each method's calibration tuples, from the calibration function (called once) if any."""
-    if quantize.calibration is None:
+    calibration = quantize.calibration
+    if calibration is None:
         return {}
-    function = find_function(
-        config, target, quantize.calibration, quantize.calibration_line, "calibration"
-    )
+    function = find_function(config, target, calibration, "calibration")
     file, line = definition_site(function)
     if file is None:
-        file, line = str(config.path), quantize.calibration_line
+        file, line = str(config.path), calibration.line
     try:
         returned = function()
     except Exception as error:
@@ -50,11 +50,11 @@ def calibration_samples(
         if source is not None:
             file, line = source.file, source.line
         raise EntryError(
-            f"calibration {quantize.calibration} raised: {type(error).__name__}: {error}",
+            f"calibration {calibration.value} raised: {type(error).__name__}: {error}",
             file,
             line,
         ) from error
-    what = f"calibration {quantize.calibration}"
+    what = f"calibration {calibration.value}"
     if isinstance(returned, dict):
         unknown = [name for name in returned if name not in methods]
         if unknown:

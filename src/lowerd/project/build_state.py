@@ -211,7 +211,7 @@ def why_not_kept(
     # move: it is written afresh. Transform passes are the user's code, which the program's
     # digest does not cover: a build that runs them lowers afresh; so are custom partitioners
     # and a whole_program backend other than the known ones (code outside the digest too).
-    whole_program = target.whole_program
+    whole_program = target.whole_program.value if target.whole_program else None
     if previous is None:
         return "no earlier build to keep"
     if target.etrecord:
@@ -262,7 +262,7 @@ def target_inputs(config: ProjectConfig, target: TargetConfig) -> dict[str, str]
     were: a record made before they had names keeps its digest)."""
     return {
         "state_version": str(STATE_VERSION),
-        "entry": target.entry,
+        "entry": target.entry.value,
         "backends": ",".join(target.backends),
         # The used backends' partitioner options: changing one rebuilds, another backend's not.
         "backend_options": "backend_options="

@@ -13,6 +13,7 @@ from typing import Any
 
 from lowerd.project.backends import BACKENDS
 from lowerd.project.config import ProjectConfig, TargetConfig
+from lowerd.project.lowering_options import WholeProgram
 
 _HEADER = '''\
 """Stock ExecuTorch, no lowerd: reproduces lowerd target {name!r} of {config}.
@@ -98,11 +99,12 @@ print(f"{{pte}}: sha256 {{hashlib.sha256(manager.buffer).hexdigest()}}")
 def stock_script(config: ProjectConfig, target: TargetConfig) -> str:
     """The script's text, for the target as the config declares it."""
     parts = [_HEADER.format(name=target.name, config=str(config.path))]
-    parts.append(_LOAD.format(root=str(config.root), entry=target.entry))
+    parts.append(_LOAD.format(root=str(config.root), entry=target.entry.value))
     parts.append(_quantize(target))
     quantize = "    module = quantized(name, module, args, shapes)\n" if target.quantize else ""
     parts.append(_EXPORT.format(quantize=quantize))
-    parts.append(_whole_program(target) if target.whole_program else _lower(target))
+    whole = target.whole_program
+    parts.append(_whole_program(target, whole.value) if whole else _lower(target))
     parts.append(_emit(target))
     parts.append(_WRITE.format(name=target.name))
     parts.append(_data_files(target))
@@ -113,19 +115,19 @@ def _quantize(target: TargetConfig) -> str:
     if target.quantize is None:
         return ""
     calibration = target.quantize.calibration
-    samples = f"load({calibration!r})()" if calibration else "{}"
+    samples = f"load({calibration.value!r})()" if calibration else "{}"
     return _QUANTIZE.format(samples=samples, is_dynamic=target.quantize.is_dynamic)
 
 
 def _lower(target: TargetConfig) -> str:
     lines = ["", "from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower", ""]
     if target.partitioners:
-        lines.append(f"partitioner = load({target.partitioners!r})()")
+        lines.append(f"partitioner = load({target.partitioners.value!r})()")
     else:
         imports, made = _partitioners(target)
         lines[1:1] = imports
         lines.append(f"partitioner = [{', '.join(made)}]")
-    passes = f"load({target.transform_passes!r})()" if target.transform_passes else "None"
+    passes = f"load({target.transform_passes.value!r})()" if target.transform_passes else "None"
     lines += [
         "edge = to_edge_transform_and_lower(",
         "    programs,",
@@ -212,11 +214,9 @@ def _coreml_arguments(options: dict[str, Any]) -> tuple[list[str], str]:
     return imports, f"compile_specs=CoreMLBackend.generate_compile_specs({', '.join(arguments)})"
 
 
-def _whole_program(target: TargetConfig) -> str:
-    whole = target.whole_program or {}
+def _whole_program(target: TargetConfig, whole: WholeProgram) -> str:
     specs = ", ".join(
-        f"CompileSpec({key!r}, {value!r}.encode())"
-        for key, value in whole.get("compile_specs", {}).items()
+        f"CompileSpec({key!r}, {value!r}.encode())" for key, value in whole["compile_specs"].items()
     )
     backend_module = _backend_module(whole["backend_id"])
     return f"""

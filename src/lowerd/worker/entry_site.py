@@ -34,7 +34,7 @@ def entry_site(config: ProjectConfig, target: TargetConfig) -> Site:
         line = _def_line(path, function)
         if line is not None:
             return Site(path, line)
-    return Site(config.path, target.entry_line)
+    return Site(config.path, target.entry.line)
 
 
 def entry_file(config: ProjectConfig, target: TargetConfig) -> Path | None:
