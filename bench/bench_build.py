@@ -19,8 +19,8 @@ separately, the seconds of its work: loading the entry, export, lower, emit and 
 workers import a snapshot of lowerd's source taken at the start, so that one table measures one
 version of lowerd even while it is being edited.
 
-    .venv/bin/python bench/bench_build.py            # full size: a few minutes
-    .venv/bin/python bench/bench_build.py --quick    # small models: smoke-tests this script
+    .venv/bin/python -m bench.bench_build            # full size: a few minutes
+    .venv/bin/python -m bench.bench_build --quick    # small models: smoke-tests this script
 
 This is a script, not a test: its timings assert nothing.
 """
@@ -37,13 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import (
+from bench.harness import (
     PROJECT,
     Processes,
     add_transformer_size,
     bench_env,
     build_numbers,
-    copy_project,
     describe_run,
     installed_line,
     log,
@@ -57,6 +56,7 @@ from harness import (
     workdir,
     write_json,
 )
+from testkit.projects import copy_project
 
 # The weight edit: the gain the edited block's parameters are multiplied by (1.0 in the source).
 EDITED_GAIN = "1.25"

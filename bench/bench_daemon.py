@@ -18,8 +18,8 @@ The project is copied to a temp dir with its own runtime folder and blob cache; 
 started and warmed with one unmeasured build before anything is measured. Each cell is the median
 of --repeat runs. The .pte files of the three paths are compared byte for byte.
 
-    .venv/bin/python bench/bench_daemon.py              # --repeat 3: a few minutes
-    .venv/bin/python bench/bench_daemon.py --repeat 1   # quicker
+    .venv/bin/python -m bench.bench_daemon              # --repeat 3: a few minutes
+    .venv/bin/python -m bench.bench_daemon --repeat 1   # quicker
 
 This is a script, not a test: its timings assert nothing.
 """
@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import EXAMPLES, Processes, bench_env, copy_project, workdir
+from bench.harness import EXAMPLES, Processes, bench_env, workdir
+from testkit.projects import copy_project
 
 EDITED_TARGET, EDITED_FILE = "cnn", "models/cnn.py"
 _SEED = re.compile(r"torch\.manual_seed\(\d+\)")

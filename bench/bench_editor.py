@@ -33,8 +33,8 @@ With --repeat N, the edits are made N times: between rounds the model is saved b
 first state (the server rebuilds it, unmeasured) and the blob cache is put back as it was after
 the first build, so that every round's edits miss the cache as the first round's did.
 
-    .venv/bin/python bench/bench_editor.py              # full size: ~4 minutes (--repeat 3: ~10)
-    .venv/bin/python bench/bench_editor.py --quick      # 2 blocks, d=64: smoke test
+    .venv/bin/python -m bench.bench_editor              # full size: ~4 minutes (--repeat 3: ~10)
+    .venv/bin/python -m bench.bench_editor --quick      # 2 blocks, d=64: smoke test
 
 With --real MODEL (resnet or llama, or int8), the same editor session runs on a temp copy of
 bench/real that declares that model alone (bench_real.py's models, --small for their tiny configs),
@@ -48,8 +48,8 @@ diagnostics of the edited program again (its partitioned report, not provisional
 lowerd/buildFinished. Stock is bench_real.py's stock process (the model's libraries imported too):
 its whole process, and its work after the imports.
 
-    .venv/bin/python bench/bench_editor.py --real resnet            # full size
-    .venv/bin/python bench/bench_editor.py --real llama --small     # tiny configs: smoke test
+    .venv/bin/python -m bench.bench_editor --real resnet            # full size
+    .venv/bin/python -m bench.bench_editor --real llama --small     # tiny configs: smoke test
 
 Everything lives in a temp dir; the server imports a snapshot of lowerd's source taken at the
 start. This is a script, not a test: nothing asserts on a timing.
@@ -60,19 +60,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lsprotocol import types
-from pygls.lsp.client import LanguageClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_incremental import (  # noqa: E402 - the bench folder is not a package
+# How the server marks the diagnostics of a provisional report (the last build's, shown while
+# the edited program lowers): every message of it carries this note.
+from lowerd.daemon.diagnostics import PROVISIONAL_NOTE
+
+from bench.bench_incremental import (
     ENTRY,
     MODEL_FILE,
     TARGET,
@@ -80,39 +81,30 @@ from bench_incremental import (  # noqa: E402 - the bench folder is not a packag
     model_constants,
     prepare_project,
 )
-from bench_real import COMMENT, MODELS, SCENARIOS, RealModel, copy_real_project, edited  # noqa: E402
-from harness import (  # noqa: E402
+from bench.bench_real import COMMENT, MODELS, SCENARIOS, RealModel, copy_real_project, edited
+from bench.editor_report import STAGES, describe, describe_real, print_real_report, print_report
+from bench.harness import (
     Processes,
     add_transformer_size,
     bench_env,
     check_snapshot_imported,
     declare_one_target,
     file_sha256,
-    installed_line,
     log,
     lowerd_revision,
     quick_size,
-    render,
-    reuse,
     snapshot_lowerd,
-    verdicts,
     workdir,
     write_json,
 )
+from testkit.lsp_driver import LspDriver, NeverHappened
+from testkit.lsp_events import BuildFinished, BuildStarted, Progress, Published
 
-# How the server marks the diagnostics of a provisional report (the last build's, shown while
-# the edited program lowers): every message of it carries this note.
-from lowerd.daemon.diagnostics import PROVISIONAL_NOTE  # noqa: E402
-
-BUILD_STARTED, BUILD_FINISHED = "lowerd/buildStarted", "lowerd/buildFinished"
 DEADLINE_SECONDS = 1800.0  # a guard against a hung server, never a measurement
+SHUTDOWN_SECONDS = 60.0  # the same, for the server's shutdown and exit at the end
 # After buildFinished, how long to wait for a publishDiagnostics the build may still cause (the
 # server sends it right after buildFinished, in the same handler).
 GRACE_SECONDS = 1.0
-COMMENT_GOAL_SECONDS = 1.5
-EDIT_GOAL_RATIO = 0.5
-
-PROVISIONAL_GOAL_SECONDS = 1.5  # issue 10 section 6: real models' one-line edits
 SETTLE_SECONDS = {"transformer": 3.0, "real": 10.0}  # --settle's default
 
 Edit = tuple[str, str, Callable[[str], str]]  # (key, name, model source before -> after)
@@ -122,8 +114,6 @@ EDITS: list[Edit] = [
     (edit.key, f"({letter}) {edit.name}", edit.apply)
     for letter, edit in zip("abc", edits(1)[:3], strict=True)
 ]
-# The build stages the server reports in $/progress (real models only), in order.
-STAGES = ("load", "export", "partition", "preprocess", "emit", "write")
 
 
 @dataclass(frozen=True)
@@ -158,248 +148,111 @@ def prepare_real_project(root: Path, model: RealModel, small: bool) -> Path:
     return project
 
 
-def is_provisional(params: types.PublishDiagnosticsParams) -> bool:
+def is_provisional(event: Published) -> bool:
     """The note ends a coverage message and sits in a not-delegated one's "(target...)"."""
-    return any(PROVISIONAL_NOTE in d.message for d in params.diagnostics)
+    return any(PROVISIONAL_NOTE in d.message for d in event.diagnostics)
 
 
-# The editor: a client that timestamps what the server sends ---------------------------------
+def stage_of(event: Progress) -> str | None:
+    """The build stage a $/progress report names: "export forward", "preprocess 0/1", ..."""
+    value = event.value
+    if isinstance(value, types.WorkDoneProgressReport) and value.message:
+        return value.message.split()[0]
+    return None
 
 
-@dataclass
-class Event:
-    at: float  # time.perf_counter() when the client handled it
-    kind: str  # "diagnostics", "started", "finished", "progress"
-    uri: str | None = None
-    params: dict[str, Any] = field(default_factory=dict)
+# The editor: testkit's LSP driver on the workload's model, timestamps read after a save --------
 
 
-class Editor:
-    def __init__(
-        self,
-        project: Path,
-        workload: Workload,
-        env: dict[str, str],
-        logs: Path,
-        settings: dict[str, Any],
-        progress: bool = False,
-    ):
-        self.project = project
+class Editor(LspDriver):
+    def __init__(self, project: Path, workload: Workload, logs: Path) -> None:
+        super().__init__(project, DEADLINE_SECONDS, name="lowerd-bench-editor")
         self.workload = workload
-        self.progress = progress  # accept the server's $/progress (its build stages)
-        self.settings = settings
-        self.env = env
         self.logs = logs
-        self.events: list[Event] = []
-        self.version = 0
-        self.client = LanguageClient("lowerd-bench-editor", "1")
-        self._stderr_task: asyncio.Task | None = None
-        self._register()
 
-    def _register(self) -> None:
-        # pygls passes a client's handler the params alone (the client too only to a first
-        # parameter named `ls`).
-        client = self.client
-
-        @client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-        def diagnostics(params: types.PublishDiagnosticsParams) -> None:
-            found = {"count": len(params.diagnostics), "provisional": is_provisional(params)}
-            self.events.append(Event(time.perf_counter(), "diagnostics", params.uri, found))
-
-        @client.feature(types.WINDOW_WORK_DONE_PROGRESS_CREATE)
-        def create_progress(params: types.WorkDoneProgressCreateParams) -> None:
-            return None
-
-        @client.feature(types.PROGRESS)
-        def progress(params: types.ProgressParams) -> None:
-            value = _plain(params.value) or {}
-            if value.get("kind") == "report" and value.get("message"):
-                stage = value["message"].split()[0]  # "export forward", "preprocess 0/1", ...
-                self.events.append(Event(time.perf_counter(), "progress", params={"stage": stage}))
-
-        @client.feature(BUILD_STARTED)
-        def started(params: Any) -> None:
-            self.events.append(Event(time.perf_counter(), "started", params=_as_dict(params)))
-
-        @client.feature(BUILD_FINISHED)
-        def finished(params: Any) -> None:
-            self.events.append(Event(time.perf_counter(), "finished", params=_as_dict(params)))
-
-        @client.feature(types.WINDOW_LOG_MESSAGE)
-        def log_message(params: types.LogMessageParams) -> None:
-            with (self.logs / "server-log-messages.txt").open("a") as file:
-                file.write(f"{params.type}: {params.message}\n")
-
-    @property
-    def model(self) -> Path:
-        return self.project / self.workload.model_file
-
-    @property
-    def uri(self) -> str:
-        return self.model.as_uri()
-
-    async def start(self) -> None:
-        await self.client.start_io(
-            sys.executable, "-m", "lowerd", "serve", cwd=str(self.project), env=self.env
-        )
-        server = self.client._server
-        assert server is not None and server.stderr is not None
-        self._stderr_task = asyncio.create_task(_drain(server.stderr, self.logs / "server.err"))
-        root = self.project.as_uri()
+    async def start_server(
+        self, env: dict[str, str], settings: dict[str, Any], progress: bool
+    ) -> None:
+        """`lowerd serve` started and initialized; with `progress`, the client accepts the
+        server's $/progress (its build stages)."""
+        await self.start(env=env, stderr=self.logs / "server.err")
         capabilities = types.ClientCapabilities(
             text_document=types.TextDocumentClientCapabilities(
                 synchronization=types.TextDocumentSyncClientCapabilities(did_save=True),
                 publish_diagnostics=types.PublishDiagnosticsClientCapabilities(),
             ),
-            window=types.WindowClientCapabilities(work_done_progress=True)
-            if self.progress
-            else None,
+            window=types.WindowClientCapabilities(work_done_progress=True) if progress else None,
         )
-        await self.client.initialize_async(
-            types.InitializeParams(
-                capabilities=capabilities,
-                root_uri=root,
-                workspace_folders=[types.WorkspaceFolder(uri=root, name="project")],
-                initialization_options={"lowerd": self.settings},
-            )
-        )
-        self.client.initialized(types.InitializedParams())
+        await self.initialize(capabilities, settings)
+
+    async def close(self) -> None:
+        await super().close()
+        with (self.logs / "server-log-messages.txt").open("w") as file:
+            file.writelines(f"{m.type}: {m.message}\n" for m in self.log_messages)
 
     def open_model(self) -> None:
-        self.version = 1
-        text = self.model.read_text()
-        item = types.TextDocumentItem(uri=self.uri, language_id="python", version=1, text=text)
-        self.client.text_document_did_open(types.DidOpenTextDocumentParams(item))
+        self.open(self.workload.model_file)
 
-    async def save(self, text: str) -> tuple[float, int]:
+    async def save_model(self, text: str) -> tuple[float, int]:
         """What an editor does: the buffer changes (didChange, while typing), then on save the
         file is written and didSave sent. Returns the moment of the save and the event mark."""
-        self.version += 1
-        self.client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(
-                    uri=self.uri, version=self.version
-                ),
-                content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
-            )
-        )
+        self.change(self.workload.model_file, text)
         await asyncio.sleep(0.05)  # typing happened before the save
         mark = len(self.events)
         saved = time.perf_counter()
-        self.model.write_text(text)
-        self.client.text_document_did_save(
-            types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(uri=self.uri))
-        )
+        self.write(self.workload.model_file, text)
         return saved, mark
 
-    def finished_since(self, mark: int) -> Event | None:
+    def finished_since(self, mark: int) -> BuildFinished | None:
         return next(
             (
                 e
                 for e in self.events[mark:]
-                if e.kind == "finished"
-                and e.params.get("target") == self.workload.target
-                and e.params.get("current")
+                if isinstance(e, BuildFinished) and e.target == self.workload.target and e.current
             ),
             None,
         )
 
-    def first_since(self, mark: int, kind: str) -> Event | None:
-        project = self.project.as_uri()
+    def published_since(self, mark: int) -> list[Published]:
+        """The publishDiagnostics for files of the project from event `mark` on."""
+        project = self.root.as_uri()
+        return [
+            e for e in self.events[mark:] if isinstance(e, Published) and e.uri.startswith(project)
+        ]
+
+    def started_since(self, mark: int) -> BuildStarted | None:
+        return next((e for e in self.events[mark:] if isinstance(e, BuildStarted)), None)
+
+    def stage_since(self, mark: int, stage: str) -> Progress | None:
         return next(
-            (
-                e
-                for e in self.events[mark:]
-                if e.kind == kind and (kind != "diagnostics" or (e.uri or "").startswith(project))
-            ),
+            (e for e in self.events[mark:] if isinstance(e, Progress) and stage_of(e) == stage),
             None,
         )
 
-    def stage_since(self, mark: int, stage: str) -> Event | None:
-        return next(
-            (e for e in self.events[mark:] if e.kind == "progress" and e.params["stage"] == stage),
-            None,
-        )
-
-    def provisional_since(self, mark: int) -> tuple[Event | None, Event | None, bool]:
+    def provisional_since(self, mark: int) -> tuple[Published | None, Published | None, bool]:
         """For the save at `mark`: the first publishDiagnostics of a provisional report; the
         first one after the last provisional one (or after the save, if none came) from which
         no file of the project shows provisional diagnostics; and whether some file still shows
         them at the end (called after buildFinished and its grace period)."""
-        project = self.project.as_uri()
         showing: set[str] = set()  # the files whose last diagnostics are provisional
         first_provisional = replaced = None
-        for event in self.events[mark:]:
-            if event.kind != "diagnostics" or not (event.uri or "").startswith(project):
-                continue
-            if event.params["provisional"]:
-                showing.add(event.uri or "")
+        for event in self.published_since(mark):
+            if is_provisional(event):
+                showing.add(event.uri)
                 first_provisional = first_provisional or event
                 replaced = None
             else:
-                showing.discard(event.uri or "")
+                showing.discard(event.uri)
                 if not showing and replaced is None:
                     replaced = event
         return first_provisional, replaced, bool(showing)
 
-    async def until_finished(self, mark: int) -> Event:
-        deadline = time.perf_counter() + DEADLINE_SECONDS
-        while (found := self.finished_since(mark)) is None:
-            server = self.client._server
-            if server is not None and server.returncode is not None:
-                raise SystemExit(f"bench: the server exited ({server.returncode}); see its log")
-            if time.perf_counter() > deadline:
-                raise SystemExit("bench: no lowerd/buildFinished before the deadline")
-            await asyncio.sleep(0.01)
+    async def until_finished(self, mark: int) -> BuildFinished:
+        """The target's first current lowerd/buildFinished from event `mark` on, awaited as it
+        comes; then the grace period for a publishDiagnostics the build may still cause."""
+        finished = await self.until("lowerd/buildFinished", lambda: self.finished_since(mark))
         await asyncio.sleep(GRACE_SECONDS)
-        return found
-
-    async def report(self) -> dict[str, Any]:
-        """The server's last result of the target (lowerd.report): cache counts, sha256, ..."""
-        document = await self.client.workspace_execute_command_async(
-            types.ExecuteCommandParams(command="lowerd.report", arguments=[self.workload.target])
-        )
-        return _plain(document)["targets"][0]
-
-    async def stop(self) -> None:
-        server = self.client._server
-        try:
-            await asyncio.wait_for(self.client.shutdown_async(None), 60)
-            self.client.exit(None)
-            if server is not None:
-                await asyncio.wait_for(server.wait(), 60)
-        except (TimeoutError, RuntimeError):
-            if server is not None and server.returncode is None:
-                server.terminate()  # the server this bench started, by its own handle
-                await server.wait()
-        await self.client.stop()
-        if self._stderr_task:
-            await self._stderr_task
-
-
-async def _drain(stream: asyncio.StreamReader, path: Path) -> None:
-    """The server's stderr to a file: an unread pipe would stall it once full."""
-    with path.open("wb") as file:
-        while chunk := await stream.read(65536):
-            file.write(chunk)
-            file.flush()
-
-
-def _as_dict(params: Any) -> dict[str, Any]:
-    if isinstance(params, dict):
-        return params
-    return dict(params._asdict()) if hasattr(params, "_asdict") else dict(vars(params))
-
-
-def _plain(value: Any) -> Any:
-    """pygls hands untyped JSON over as namedtuple-like objects: back to dicts and lists."""
-    if hasattr(value, "_asdict"):
-        return {k: _plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+        return finished
 
 
 # The bench ---------------------------------------------------------------------------------
@@ -460,16 +313,15 @@ class Bench:
         self.check_snapshot_is_imported()
         settings = {"workerTimeout": self.args.worker_timeout}
         progress = self.workload.real is not None  # the transformer's session is as it was
-        editor = Editor(
-            self.project, self.workload, self.server_env(), self.logs, settings, progress
-        )
+        editor = Editor(self.project, self.workload, self.logs)
         started = time.perf_counter()
-        await editor.start()
         try:
+            await editor.start_server(self.server_env(), settings, progress)
             first = await editor.until_finished(0)
             if first.params.get("status") != "ok":
                 raise SystemExit(f"bench: the first build failed: {first.params}; see {self.logs}")
-            self.initial = {**await editor.report(), "first_build_seconds": first.at - started}
+            report = await editor.report(self.workload.target)
+            self.initial = {**report, "first_build_seconds": first.at - started}
             log(f"  initial build: {first.at - started:.1f} s after the server started")
             editor.open_model()
             await asyncio.sleep(self.args.settle)
@@ -488,19 +340,19 @@ class Bench:
                     log(f"  {name}: {text}")
                     await asyncio.sleep(self.args.settle)
         finally:
-            await editor.stop()
+            await editor.stop(SHUTDOWN_SECONDS)
 
     async def measure(self, editor: Editor, text: str) -> dict[str, Any]:
-        saved, mark = await editor.save(text)
+        saved, mark = await editor.save_model(text)
         finished = await editor.until_finished(mark)
-        published = editor.first_since(mark, "diagnostics")
-        build_started = editor.first_since(mark, "started")
+        published = next(iter(editor.published_since(mark)), None)
+        build_started = editor.started_since(mark)
         provisional, replaced, left = editor.provisional_since(mark)
         stages = {}
         for stage in STAGES:
             if (event := editor.stage_since(mark, stage)) is not None:
                 stages[stage] = event.at - saved
-        report = await editor.report()
+        report = await editor.report(self.workload.target)
         output = report.get("output")
         return {
             "publish_seconds": published.at - saved if published else None,
@@ -524,287 +376,11 @@ class Bench:
     async def back_to_start(self, editor: Editor, first_cache: Path) -> None:
         """The model saved back as it was (the server rebuilds it: unmeasured), then the blob
         cache put back as after the first build, while the server is idle."""
-        _, mark = await editor.save(self.base_text)
+        _, mark = await editor.save_model(self.base_text)
         await editor.until_finished(mark)
         shutil.rmtree(self.cache)
         shutil.copytree(first_cache, self.cache)
         await asyncio.sleep(self.args.settle)
-
-
-def describe(row: dict[str, Any]) -> str:
-    publish = row["publish_seconds"]
-    first = f"{publish:.2f} s" if publish is not None else "none"
-    cache = row["cache"]
-    return (
-        f"first publishDiagnostics {first}, buildFinished {row['finished_seconds']:.2f} s "
-        f"(reused: {row['reused']}, {cache.get('misses', 0)} preprocessed, "
-        f"{cache.get('hits', 0)} reused, {cache.get('rebased', 0)} rebased); "
-        f"stock {row['stock']['wall_seconds']:.1f} s whole process"
-    )
-
-
-def describe_real(row: dict[str, Any]) -> str:
-    def at(key: str) -> str:
-        return f"{row[key]:.2f} s" if row[key] is not None else "none"
-
-    stock = row["stock"]
-    return (
-        f"provisional {at('provisional_seconds')}, final {at('final_seconds')}, buildFinished "
-        f"{row['finished_seconds']:.2f} s ({reuse(reuse_run(row))}); stock "
-        f"{stock['wall_seconds']:.1f} s ({stock['seconds']:.1f} s work)"
-    )
-
-
-def reuse_run(row: dict[str, Any]) -> dict[str, Any]:
-    """A row as bench_real.reuse() reads a build: cache counts and `reused`."""
-    cache = row["cache"]
-    return {
-        "hits": cache.get("hits", 0),
-        "misses": cache.get("misses", 0),
-        "rebased": cache.get("rebased", 0),
-        "reused": row["reused"],
-    }
-
-
-# Report ------------------------------------------------------------------------------------
-
-
-def median(values: list[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
-def seconds_cell(value: float | None, width: int) -> str:
-    return f"{value:>{width}.2f}" if value is not None else f"{'none':>{width}}"
-
-
-def save_medians(rows: list[dict[str, Any]]) -> tuple[float | None, float, float]:
-    """Seconds from the save to the first publishDiagnostics (None: none came) and to
-    buildFinished, and stock's whole process: medians over the rounds."""
-    publish = median([r["publish_seconds"] for r in rows])
-    finished = median([r["finished_seconds"] for r in rows])
-    stock = median([r["stock"]["wall_seconds"] for r in rows])
-    assert finished is not None and stock is not None
-    return publish, finished, stock
-
-
-def format_table(bench: Bench) -> str:
-    head = (
-        f"  {'edit':<16} {'publish s':>9} {'finished s':>10} {'stock s':>8} "
-        f"{'publish/stk':>11} {'finished/stk':>12}  {'preproc.':>8} {'reused':>6} "
-        f"{'rebased':>7}  {'kept .pte':>12}  {'= stock':>7}"
-    )
-    lines = [head]
-    for key, name, _ in EDITS:
-        rows = bench.rows[key]
-        publish, finished, stock = save_medians(rows)
-        ratio_publish = f"{publish / stock:>10.2f}x" if publish is not None else f"{'-':>11}"
-        last = rows[-1]
-        cache = last["cache"]
-        same = all(r["sha256"] == r["stock"]["sha256"] for r in rows)
-        lines.append(
-            f"  {name:<16} {seconds_cell(publish, 9)} {finished:>10.2f} {stock:>8.2f} "
-            f"{ratio_publish} {finished / stock:>11.2f}x  {cache.get('misses', 0):>8} "
-            f"{cache.get('hits', 0):>6} {cache.get('rebased', 0):>7}  "
-            f"{last['reused'] or '-':>12}  {'yes' if same else 'NO':>7}"
-        )
-    return "\n".join(lines)
-
-
-def checks(bench: Bench) -> list[str]:
-    found = []
-    for key, name, _ in EDITS:
-        rows = bench.rows[key]
-        publish, finished, stock = save_medians(rows)
-        shown, label = (publish, "first publishDiagnostics")
-        if publish is None:
-            shown, label = (finished, "no publishDiagnostics (none changed); buildFinished")
-        if key == "comment":
-            text = f"{name}: {label} {shown:.2f} s (goal <= {COMMENT_GOAL_SECONDS} s)"
-            found.append((text, shown <= COMMENT_GOAL_SECONDS))
-        else:
-            text = (
-                f"{name}: {label} {shown:.2f} s = {shown / stock:.2f}x stock's "
-                f"{stock:.1f} s (goal <= {EDIT_GOAL_RATIO}x)"
-            )
-            found.append((text, shown / stock <= EDIT_GOAL_RATIO))
-    rows = [r for key, _, _ in EDITS for r in bench.rows[key]]
-    found.append(
-        ("every build ended ok", all(r["status"] == "ok" for r in rows)),
-    )
-    found.append(
-        (
-            "lowerd's .pte equals stock's on every edited state",
-            all(r["sha256"] == r["stock"]["sha256"] for r in rows),
-        )
-    )
-    return verdicts(found)
-
-
-def print_report(bench: Bench, revision: str) -> None:
-    args = bench.args
-    forward = (bench.initial.get("methods") or {}).get("forward") or {}
-    note = f"medians of {args.repeat} rounds" if args.repeat > 1 else "one round"
-    print(installed_line(revision, "lowerd serve"))
-    print(
-        f"transformer: {args.blocks} blocks, d={args.dim}, seq {args.seq}; "
-        f"{len(forward.get('partitions') or [])} XNNPACK partitions, "
-        f"{forward.get('ops_delegated')}/{forward.get('ops')} ops delegated; first build "
-        f"{bench.initial.get('first_build_seconds', 0):.1f} s after the server started"
-    )
-    print(
-        f"seconds from the save (file written, didSave sent) to the first publishDiagnostics "
-        f"and to lowerd/buildFinished; stock = a fresh stock process, imports included ({note})"
-    )
-    print(format_table(bench))
-    started = [r["started_seconds"] for key, _, _ in EDITS for r in bench.rows[key]]
-    present = [s for s in started if s is not None]
-    if present:
-        print(
-            f"  (didSave to lowerd/buildStarted: {min(present):.2f}-{max(present):.2f} s, the "
-            f"scheduler's debounce included)"
-        )
-    print("\n".join(checks(bench)))
-
-
-def real_table(bench: Bench) -> str:
-    """Seconds from the save; ratios to stock's work after its imports (a warm session's)."""
-    titles = [
-        "scenario",
-        "provisional s",
-        "final s",
-        "finished s",
-        "stock proc s",
-        "stock work s",
-        "final/work",
-        "finished/work",
-        "preproc/reused/rebased",
-        "= stock",
-    ]
-    rows = []
-    for key, name, _ in bench.workload.edits:
-        runs = bench.rows[key]
-        provisional = median([r["provisional_seconds"] for r in runs])
-        final = median([r["final_seconds"] for r in runs])
-        finished = median([r["finished_seconds"] for r in runs])
-        proc = median([r["stock"]["wall_seconds"] for r in runs])
-        work = median([r["stock"]["seconds"] for r in runs])
-        assert finished is not None and proc is not None and work is not None
-        rows.append(
-            [
-                name,
-                *(cell(value) for value in (provisional, final, finished, proc, work)),
-                f"{final / work:.2f}x" if final is not None else "-",
-                f"{finished / work:.2f}x",
-                reuse(reuse_run(runs[-1])),
-                "yes" if all(r["sha256"] == r["stock"]["sha256"] for r in runs) else "NO",
-            ]
-        )
-    return render(titles, rows)
-
-
-def timeline_table(bench: Bench) -> str:
-    """When each thing happened after the save: the server's notifications, the build's stages
-    ($/progress; a stage reported before the progress bar began is not seen: '-') and the
-    diagnostics. `lower` is the stage lowerd calls "partition": edge generation, then the
-    partitioner, whose report is `final`."""
-    moments = [
-        ("buildStarted", "started_seconds"),
-        ("load", "load"),
-        ("export", "export"),
-        ("provisional", "provisional_seconds"),
-        ("lower", "partition"),
-        ("final", "final_seconds"),
-        ("preprocess", "preprocess"),
-        ("emit", "emit"),
-        ("finished", "finished_seconds"),
-    ]
-    titles = ["scenario", *(title for title, _ in moments)]
-    rows = []
-    for key, name, _ in bench.workload.edits:
-        runs = bench.rows[key]
-        row = [name]
-        for _, field_ in moments:
-            if field_ in STAGES:
-                values = [r["stages"].get(field_) for r in runs]
-            else:
-                values = [r[field_] for r in runs]
-            row.append(cell(median(values), none="-"))
-        rows.append(row)
-    return render(titles, rows)
-
-
-def cell(value: float | None, none: str = "none") -> str:
-    return f"{value:.2f}" if value is not None else none
-
-
-def real_checks(bench: Bench) -> list[str]:
-    found = []
-    for key, name, _ in bench.workload.edits:
-        runs = bench.rows[key]
-        firsts = [
-            min(
-                (s for s in (r["provisional_seconds"], r["final_seconds"]) if s is not None),
-                default=None,
-            )
-            for r in runs
-        ]
-        first = median(firsts)
-        label = "first diagnostics (provisional or final)"
-        if first is None:
-            first = median([r["finished_seconds"] for r in runs])
-            label = "no publishDiagnostics (none changed); buildFinished"
-        assert first is not None
-        text = f"{name}: {label} {first:.2f} s (goal <= {PROVISIONAL_GOAL_SECONDS} s)"
-        found.append((text, first <= PROVISIONAL_GOAL_SECONDS))
-    rows = [r for key, _, _ in bench.workload.edits for r in bench.rows[key]]
-    found.append(("every build ended ok", all(r["status"] == "ok" for r in rows)))
-    found.append(
-        (
-            "every provisional report was replaced (none shown after buildFinished)",
-            not any(r["provisional_left"] for r in rows),
-        )
-    )
-    found.append(
-        (
-            "lowerd's .pte equals stock's on every edited state",
-            all(r["sha256"] == r["stock"]["sha256"] for r in rows),
-        )
-    )
-    found.append(
-        (
-            "lowerd's report names the sha256 of the file it left",
-            all(r["sha256"] == r["reported_sha256"] for r in rows),
-        )
-    )
-    return verdicts(found)
-
-
-def print_real_report(bench: Bench, revision: str) -> None:
-    args = bench.args
-    model = bench.workload.real
-    assert model is not None
-    forward = (bench.initial.get("methods") or {}).get("forward") or {}
-    note = f"medians of {args.repeat} rounds" if args.repeat > 1 else "one round"
-    print(installed_line(revision, "lowerd serve"))
-    if args.small:
-        print("SMALL CONFIGS (--small): a smoke run of the script, not the benchmark's numbers")
-    print(
-        f"{model.target}: {model.small_title if args.small else model.title}\n"
-        f"  {len(forward.get('partitions') or [])} XNNPACK partitions, "
-        f"{forward.get('ops_delegated')}/{forward.get('ops')} ops delegated; first build "
-        f"{bench.initial.get('first_build_seconds', 0):.1f} s after the server started"
-    )
-    print(
-        "seconds from the save (file written, didSave sent) to the first provisional "
-        "publishDiagnostics (the last build's report, marked), to the first after which the "
-        "editor shows none provisional (final: the edited program's partitioned report or "
-        "result; none = no diagnostic changed) and to lowerd/buildFinished; stock = a fresh "
-        f"stock process: whole (proc) and after its imports (work) ({note})"
-    )
-    print(real_table(bench))
-    print(f"  timeline, s after the save:\n{timeline_table(bench)}")
-    print("\n".join(real_checks(bench)))
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -856,7 +432,10 @@ def main(argv: list[str]) -> int:
     with workdir("bench-editor-", args.keep) as root:
         bench = Bench(root, args)
         revision = lowerd_revision()
-        asyncio.run(bench.run())
+        try:
+            asyncio.run(bench.run())
+        except NeverHappened as error:
+            raise SystemExit(f"bench: {error}; see {bench.logs}") from None
         (print_real_report if args.real else print_report)(bench, revision)
         if args.json:
             write_json(args.json, {"initial": bench.initial, "edits": bench.rows})

@@ -20,9 +20,9 @@ Except no-op, times are seconds of work after imports: lowerd's TargetResult.sec
 stock's export + lower + emit. One more, unmeasured, cProfile'd rebuild of the block-0 edit says
 where its time goes.
 
-    .venv/bin/python bench/bench_incremental.py              # full size: ~6 minutes
-    .venv/bin/python bench/bench_incremental.py --quick      # 2 blocks, d=64: smoke test
-    .venv/bin/python bench/bench_incremental.py --repeat 3   # medians of 3 everywhere: ~15 min
+    .venv/bin/python -m bench.bench_incremental              # full size: ~6 minutes
+    .venv/bin/python -m bench.bench_incremental --quick      # 2 blocks, d=64: smoke test
+    .venv/bin/python -m bench.bench_incremental --repeat 3   # medians of 3 everywhere: ~15 min
 
 Everything a run writes (project copy, caches, build records, .pte files, logs, profiles) lives
 in a temp dir; the workers import a snapshot of lowerd's source taken at the start. This is a
@@ -40,14 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import (
+from bench.harness import (
     OUT_DIR,
     PROJECT,
     Processes,
     add_transformer_size,
     bench_env,
     build_numbers,
-    copy_project,
     declare_one_target,
     describe_run,
     installed_line,
@@ -65,6 +64,7 @@ from harness import (
     workdir,
     write_json,
 )
+from testkit.projects import copy_project
 
 TARGET = "transformer"
 ENTRY = "models/transformer.py:make"

@@ -32,9 +32,9 @@ The .pte file each lowerd path leaves is compared with stock's by sha256: the be
 any differs. Caches, runtime folder (the daemon's socket) and logs live in a temp dir; the lowerd
 processes import a snapshot of lowerd's source taken at the start.
 
-    nice -n 10 .venv/bin/python bench/bench_real.py             # full size: ~35 minutes
-    nice -n 10 .venv/bin/python bench/bench_real.py --small     # tiny configs: a smoke run
-    .venv/bin/python bench/bench_real.py --models resnet,llama --repeat 3
+    nice -n 10 .venv/bin/python -m bench.bench_real             # full size: ~35 minutes
+    nice -n 10 .venv/bin/python -m bench.bench_real --small     # tiny configs: a smoke run
+    .venv/bin/python -m bench.bench_real --models resnet,llama --repeat 3
 
 Needs the `bench` extra (`pip install -e '.[bench]'`: transformers). This is a script, not a
 test: nothing asserts on a timing.
@@ -51,14 +51,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import (
+from bench.harness import (
     OUT_DIR,
     REAL_PROJECT,
     Processes,
     bench_env,
     build_numbers,
     check_snapshot_imported,
-    copy_project,
     installed_line,
     log,
     lowerd_revision,
@@ -73,6 +72,7 @@ from harness import (
     workdir,
     write_json,
 )
+from testkit.projects import copy_project
 
 # Every edit is a line inserted just above this line of the model's make().
 ANCHOR = "    model = Logits(model).eval()\n"

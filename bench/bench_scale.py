@@ -25,8 +25,8 @@ Every cell compares the sha256 of each .pte lowerd left with stock's. On a 2-cor
 tasks share the cores the local workers would use: its row shows its overhead (a Ray worker per
 task importing torch, the project shipped as a runtime_env, outputs sent back), not a speed-up.
 
-    .venv/bin/python bench/bench_scale.py            # full size: several minutes
-    .venv/bin/python bench/bench_scale.py --quick    # small models: smoke-tests this script
+    .venv/bin/python -m bench.bench_scale            # full size: several minutes
+    .venv/bin/python -m bench.bench_scale --quick    # small models: smoke-tests this script
 
 This is a script, not a test: its timings assert nothing.
 """
@@ -34,7 +34,6 @@ This is a script, not a test: its timings assert nothing.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -48,16 +47,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench_build import MAX_CLAMPS, Model, models_from
-from harness import (
+from bench.bench_build import MAX_CLAMPS, Model, models_from
+from bench.harness import (
     OUT_DIR,
     PROJECT,
-    REPO,
     Processes,
     add_transformer_size,
     bench_env,
     build_numbers,
-    copy_project,
     installed_line,
     log,
     lowerd_revision,
@@ -69,6 +66,9 @@ from harness import (
     workdir,
     write_json,
 )
+from testkit.projects import copy_project
+from testkit.ray_cluster import ray_cluster
+from testkit.redis_server import redis_server
 
 RAY_CPUS = 2
 _SEED = re.compile(r"torch\.manual_seed\(0\)")
@@ -109,28 +109,6 @@ def prepare_project(root: Path, models: list[Model]) -> tuple[Path, list[Target]
         lines += [f"[tool.lowerd.targets.{target.name}]", f'entry = "{target.entry}"', ""]
     (project / "pyproject.toml").write_text("\n".join(lines))
     return project, targets
-
-
-# Servers ------------------------------------------------------------------------------------
-
-
-def redis_server(folder: Path) -> contextlib.AbstractContextManager[Any]:
-    """tests/redis_server.py's server: a free port, ready on its log line, killed at the end."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from redis_server import redis_server as start
-
-    return start(folder)
-
-
-def ray_cluster(
-    folder: Path, env: dict[str, str], cpus: int
-) -> contextlib.AbstractContextManager[str]:
-    """tests/ray_cluster.py's one-node cluster (`cpus` CPUs, no dashboard, its own session);
-    its workers inherit env (the snapshot of lowerd first on PYTHONPATH)."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from ray_cluster import ray_cluster as start
-
-    return start(folder, cpus, env)
 
 
 # A. The second machine -----------------------------------------------------------------------
@@ -539,7 +517,7 @@ def run_targets(workspace: Workspace, args: argparse.Namespace) -> dict[str, Way
     try:
         started = time.perf_counter()
         env = workspace.env(None, "")
-        with ray_cluster(folder, env, RAY_CPUS) as address:
+        with ray_cluster(folder, RAY_CPUS, env) as address:
             log(f"bench: Ray cluster at {address} up in {time.perf_counter() - started:.1f} s")
             return Targets(workspace, args.jobs, address).run(args.repeat)
     finally:

@@ -1,11 +1,10 @@
-"""What the bench scripts share, each piece once: the bench folder is not a package, and every
-bench_*.py imports this file (its folder is on sys.path when a script runs).
+"""What the bench scripts share, each piece once (what they share with the tests is in testkit/):
 
 - the projects: copies of bench/project, bench/real or examples in a temp dir, constants
   rewritten as a user edits them, one target declared, lowerd's state saved and put back;
 - the snapshot of lowerd's source the measured processes import, and the check that they did;
 - the processes: an environment, a run timed from outside with its stderr in a log file, and
-  the worker processes this file runs itself (`python bench/harness.py KIND SPEC`):
+  the worker processes this module runs itself (`python -m bench.harness KIND SPEC`):
 
       stock          stock ExecuTorch on one entry (torch.export, to_edge_transform_and_lower
                      with XnnpackPartitioner, to_executorch), its imports and stages timed
@@ -16,8 +15,8 @@ bench_*.py imports this file (its folder is on sys.path when a script runs).
 - the report: sha256 of a file, ok/!! verdict lines, tables with columns as wide as their
   cells, JSON dumps, the line naming lowerd's revision.
 
-This file imports only the standard library at the top: a worker's import clock starts when
-it starts, so that stock's and lowerd's imports are timed alike.
+This module imports only the standard library and testkit's stdlib-only modules at the top: a
+worker's import clock starts when it starts, so that stock's and lowerd's imports are timed alike.
 """
 
 from __future__ import annotations
@@ -40,12 +39,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testkit.stock_lowering import importable, lower_stock
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 PROJECT = BENCH_DIR / "project"  # the synthetic models: transformer, cnn
 REAL_PROJECT = BENCH_DIR / "real"  # Hugging Face transformers models
 EXAMPLES = REPO / "examples"
-OUT_DIR = "build"  # out_dir in bench/project/pyproject.toml and bench/real/pyproject.toml
+# out_dir in bench/project/pyproject.toml and bench/real/pyproject.toml: a copy leaves it out
+# (testkit.projects.copy_project)
+OUT_DIR = "build"
 QUICK_SIZE = (2, 64, 16)  # --quick: transformer blocks, width, sequence length
 
 
@@ -69,12 +72,6 @@ def set_constants_in_file(path: Path, constants: dict[str, Any]) -> None:
     for name, value in constants.items():
         text = set_constant(text, name, str(value), str(path))
     path.write_text(text)
-
-
-def copy_project(source: Path, destination: Path) -> Path:
-    """A copy of a bench project without its outputs: nothing a run writes lands in the repo."""
-    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("__pycache__", OUT_DIR))
-    return destination
 
 
 def declare_one_target(project: Path, target: str, entry: str) -> None:
@@ -251,12 +248,21 @@ class Processes:
         result = self.root / "results" / f"{self.count + 1:03d}-{kind}.json"
         result.parent.mkdir(exist_ok=True)
         spec = {**spec, "result": str(result)}
-        command = [sys.executable, str(Path(__file__).resolve()), kind, json.dumps(spec)]
-        done = self.run(command, what or kind, **where)
+        command = [sys.executable, "-m", "bench.harness", kind, json.dumps(spec)]
+        env = worker_env(where.pop("env", None) or self.env)
+        done = self.run(command, what or kind, env=env, **where)
         run = {**json.loads(result.read_text()), "wall_seconds": done.seconds}
         if self.snapshot is not None:
             check_snapshot(run.get("lowerd_source"), self.snapshot)
         return run
+
+
+def worker_env(env: dict[str, str]) -> dict[str, str]:
+    """A worker's environment: the repository's root last on PYTHONPATH, so that `-m
+    bench.harness` (and the testkit it imports) is found from the project's folder, after the
+    snapshot of lowerd."""
+    path = [env.get("PYTHONPATH"), str(REPO)]
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, path))}
 
 
 def build_numbers(found: dict[str, Any], project: Path) -> dict[str, Any]:
@@ -316,37 +322,23 @@ def profiled(path: str | None) -> Iterator[None]:
         profile.dump_stats(path)
 
 
-def load_entry(project: Path, entry: str) -> Callable[[], Any]:
-    """Import an entry as lowerd does: the project on sys.path, `models/x.py:make` imported as
-    models.x, `package.module:make` as it is."""
+def call_entry(project: Path, entry: str) -> Any:
+    """Import an entry as lowerd does (`models/x.py:make` imported as models.x,
+    `package.module:make` as it is), the project first on sys.path, and call it."""
     import importlib
 
     where, _, function = entry.rpartition(":")
-    if str(project) not in sys.path:
-        sys.path.insert(0, str(project))
     module = ".".join(Path(where).with_suffix("").parts) if where.endswith(".py") else where
-    return getattr(importlib.import_module(module), function)
+    with importable(project):
+        return getattr(importlib.import_module(module), function)()
 
 
 def stock_lower(returned: Any, clock: StageClock | None = None) -> tuple[Any, bytes]:
-    """Stock ExecuTorch on what an entry returned ((module, args[, dynamic_shapes]) or a dict of
-    methods): torch.export, to_edge_transform_and_lower with XnnpackPartitioner, to_executorch.
-    Returns the edge program and the .pte's bytes."""
-    import torch
+    """testkit's stock ExecuTorch chain with XnnpackPartitioner on what an entry returned, its
+    stages marked on the clock: the edge program and the .pte's bytes."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
 
-    mark = clock.mark if clock else lambda _stage: None
-    methods = returned if isinstance(returned, dict) else {"forward": returned}
-    mark("export")
-    exported = {
-        method: torch.export.export(s[0], s[1], dynamic_shapes=s[2] if len(s) > 2 else None)
-        for method, s in methods.items()
-    }
-    mark("lower")
-    edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
-    mark("emit")
-    return edge, bytes(edge.to_executorch().buffer)
+    return lower_stock(returned, [XnnpackPartitioner()], clock.mark if clock else None)
 
 
 def import_stock(libraries: Iterable[str] = ()) -> None:
@@ -368,7 +360,7 @@ def stock_worker(spec: dict[str, Any]) -> dict[str, Any]:
     clock = StageClock()
     with profiled(spec.get("profile")):
         clock.mark("load")
-        returned = load_entry(Path(spec["project"]), spec["entry"])()
+        returned = call_entry(Path(spec["project"]), spec["entry"])
         edge, buffer = stock_lower(returned, clock)
         if spec.get("time_write"):
             clock.mark("write")
@@ -398,7 +390,7 @@ def stock_targets_worker(spec: dict[str, Any]) -> dict[str, str]:
     out.mkdir(exist_ok=True)
     shas = {}
     for name, entry in spec["entries"].items():
-        _, buffer = stock_lower(load_entry(project, entry)())
+        _, buffer = stock_lower(call_entry(project, entry))
         (out / f"{name}.pte").write_bytes(buffer)
         shas[name] = hashlib.sha256(buffer).hexdigest()
     return shas
@@ -568,7 +560,8 @@ def quick_size(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`harness.py KIND SPEC`: one worker run, its result written to spec["result"]."""
+    """`python -m bench.harness KIND SPEC`: one worker run, its result written to
+    spec["result"]."""
     kind, spec = argv[0], json.loads(argv[1])
     Path(spec["result"]).write_text(json.dumps(WORKERS[kind](spec)))
     return 0

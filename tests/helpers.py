@@ -1,7 +1,7 @@
 """Helpers shared by the test modules: one deadline, atomic edits, waiting on a condition.
 
 No test module imports another; what two of them share lives here (or in stock.py when it is
-about the stock ExecuTorch reference).
+about the stock ExecuTorch reference), and what they share with the benches in testkit/.
 """
 
 from __future__ import annotations
@@ -10,11 +10,9 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Callable
@@ -31,6 +29,8 @@ from lowerd.project.result import TargetResult
 from lowerd.worker.protocol import WorkerEvent, parse_event
 from lowerd.worker.workers import BuildRequest
 
+from testkit.projects import copy_project
+
 T = TypeVar("T")
 
 TESTS = Path(__file__).resolve().parent
@@ -44,24 +44,6 @@ DEADLINE = 120 * float(os.environ.get("LOWERD_TEST_TIMEOUT_SCALE", "1"))
 RUN_DEADLINE = 5 * DEADLINE
 
 _POLL_SECONDS = 0.05
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Replace `path`'s content in one step: a reader (a build worker, the file watcher) sees the
-    old text or the new one, never a truncated file."""
-    path = Path(path)
-    descriptor, temporary = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
-    )
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        if path.exists():
-            os.chmod(temporary, path.stat().st_mode & 0o7777)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def wait_until(
@@ -180,11 +162,6 @@ def _run(command: list[str], cwd: Path, cache: Path, args: list[str]) -> Run:
         check=False,
     )
     return Run(args, done.returncode, done.stdout, done.stderr)
-
-
-def copy_project(source: Path, destination: Path) -> Path:
-    shutil.copytree(source, destination, ignore=shutil.ignore_patterns("build", "__pycache__"))
-    return destination
 
 
 # Builds shared by several test modules (conftest.py's session fixtures) ------------------------

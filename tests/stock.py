@@ -1,4 +1,5 @@
-"""The reference every lowerd .pte is compared with: a plain ExecuTorch run, written out by hand.
+"""The reference every lowerd .pte is compared with: a plain ExecuTorch run, written out by hand
+(testkit/stock_lowering.py, which the benches lower with too), on the tests' projects.
 
 It does not reuse lowerd's loader or builder, so a bug there cannot hide in the reference.
 """
@@ -14,7 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from helpers import PROJECTS, copy_project
+from helpers import PROJECTS
+from testkit.projects import copy_project
+from testkit.stock_lowering import importable, lower_stock
 
 __all__ = [
     "PROJECTS",
@@ -44,19 +47,18 @@ def call_entry(root: Path, entry: str) -> Any:
     """Run `models/x.py:make` or `pkg.mod:make` from a project folder, as a user script would."""
     where, _, function = entry.rpartition(":")
     forget_project_modules(root)
-    sys.path.insert(0, str(root))
     try:
-        if where.endswith(".py"):
-            name = ".".join(Path(where).with_suffix("").parts)
-            spec = importlib.util.spec_from_file_location(name, root / where)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(where)
-        return getattr(module, function)()
+        with importable(root):
+            if where.endswith(".py"):
+                name = ".".join(Path(where).with_suffix("").parts)
+                spec = importlib.util.spec_from_file_location(name, root / where)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[name] = module
+                spec.loader.exec_module(module)
+            else:
+                module = importlib.import_module(where)
+            return getattr(module, function)()
     finally:
-        sys.path.remove(str(root))
         forget_project_modules(root)
 
 
@@ -70,7 +72,7 @@ _STOCK_PTES: dict[tuple[str, str, tuple[str, ...]], bytes] = {}
 def stock_pte(root: Path, entry: str, backends: list[str]) -> bytes:
     key = (_tree_digest(root), entry, tuple(backends))
     if key not in _STOCK_PTES:
-        _STOCK_PTES[key] = bytes(_lower_stock(root, entry, backends))
+        _STOCK_PTES[key] = _lower_stock(root, entry, backends)
     return _STOCK_PTES[key]
 
 
@@ -88,20 +90,9 @@ def _tree_digest(root: Path) -> str:
 
 
 def _lower_stock(root: Path, entry: str, backends: list[str]) -> bytes:
-    # Imported here: the tests that only need the projects' helpers start without torch.
-    import torch
-    from executorch.exir import to_edge_transform_and_lower
-
     returned = call_entry(root, entry)
-    methods = returned if isinstance(returned, dict) else {"forward": returned}
-    programs = {
-        name: torch.export.export(
-            spec[0], spec[1], dynamic_shapes=spec[2] if len(spec) > 2 else None
-        )
-        for name, spec in methods.items()
-    }
-    partitioners = [PARTITIONERS[name]() for name in backends]
-    return to_edge_transform_and_lower(programs, partitioner=partitioners).to_executorch().buffer
+    _, buffer = lower_stock(returned, [PARTITIONERS[name]() for name in backends])
+    return buffer
 
 
 def sha256(data: bytes) -> str:

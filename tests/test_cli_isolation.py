@@ -29,12 +29,11 @@ from helpers import (
     RUN_DEADLINE,
     TRACEBACK,
     Run,
-    copy_project,
     line_marks,
     lowerd,
     lowerd_env,
-    write_text_atomic,
 )
+from testkit.projects import copy_project, write_text_atomic
 
 pytestmark = pytest.mark.e2e
 

@@ -51,7 +51,6 @@ from helpers import (
     TRACEBACK,
     Run,
     SharedBuild,
-    copy_project,
     daemon_of,
     interruptible,
     lowerd,
@@ -60,8 +59,8 @@ from helpers import (
     shas,
     wait_until,
     without_timing,
-    write_text_atomic,
 )
+from testkit.projects import copy_project, write_text_atomic
 
 pytestmark = pytest.mark.e2e
 

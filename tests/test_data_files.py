@@ -17,8 +17,9 @@ from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.errors import ConfigError
 from lowerd.project.result import DataFile, TargetResult
 
-from helpers import write_pyproject, write_text_atomic
+from helpers import write_pyproject
 from stock import PROJECTS, call_entry, forget_project_modules, importable_copy, stock_pte
+from testkit.projects import write_text_atomic
 
 ENTRY = "models/lookup.py:make"
 

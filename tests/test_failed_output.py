@@ -11,8 +11,8 @@ from lowerd.project.build_state import load_state
 from lowerd.project.config import load_config
 from lowerd.project.result import TargetResult
 
-from helpers import write_text_atomic
 from stock import forget_project_modules
+from testkit.projects import write_text_atomic
 
 
 def test_a_failed_rebuild_removes_the_previous_pte_and_its_record(

@@ -16,8 +16,9 @@ from lowerd.lowering.qparam_memo import MEMO_KIND, QParamMemo
 from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.result import TargetResult
 
-from helpers import PROJECTS, copy_project, write_text_atomic
+from helpers import PROJECTS
 from stock import forget_project_modules, sha256, stock_pte
+from testkit.projects import copy_project, write_text_atomic
 
 ENTRY = "models/qnet.py:make"
 

@@ -16,7 +16,8 @@ import pytest
 
 from lowerd.project.library_output import LibraryHandler, log_level
 
-from helpers import EXAMPLES, USER_OUTPUT, SharedBuild, copy_project, lowerd
+from helpers import EXAMPLES, USER_OUTPUT, SharedBuild, lowerd
+from testkit.projects import copy_project
 
 
 def test_build_stderr_holds_only_lowerd_and_user_lines(examples_build: SharedBuild) -> None:

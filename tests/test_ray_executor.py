@@ -44,7 +44,7 @@ from helpers import (
     wait_until,
     without_timing,
 )
-from ray_cluster import RayStartFailed, ray_cluster
+from testkit.ray_cluster import RayStartFailed, ray_cluster
 
 pytestmark = pytest.mark.e2e
 

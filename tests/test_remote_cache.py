@@ -23,8 +23,8 @@ from lowerd.project.project_store import store_for
 from lowerd.project.result import TargetResult
 
 from helpers import PROJECTS, lowerd
-from redis_server import RedisServer, have_redis_server, redis_server
 from stock import forget_project_modules, importable_copy, stock_pte
+from testkit.redis_server import RedisServer, have_redis_server, redis_server
 
 pytestmark = pytest.mark.skipif(not have_redis_server(), reason="needs redis-server")
 

@@ -35,10 +35,9 @@ from helpers import (
     FakeBuild,
     FakePool,
     async_wait_until,
-    copy_project,
     ok_result,
-    write_text_atomic,
 )
+from testkit.projects import copy_project, write_text_atomic
 
 pytestmark = pytest.mark.asyncio
 

@@ -1,13 +1,15 @@
-"""`lowerd serve` end to end: a real pytest-lsp client drives the real server over stdio, on a
-copy of tests/projects/editor, with real builds in the real worker pool.
+"""`lowerd serve` end to end: a real LSP client (testkit's driver, over pygls' client) drives the
+real server over stdio, on a copy of tests/projects/editor, with real builds in the real worker
+pool.
 
 One server serves the whole module (its fork server's warm-up costs seconds). Before each test
 the `editor` fixture puts the project back as it was (files, settings), has every target built
 (an unchanged one is answered from its build record) and waits until the server shows the
 project's known state; a test that finds anything else fails at that point, it is not skipped.
 Edits are written atomically (a build never reads a half-written file). Tests wait for events
-(diagnostics, the server's lowerd/buildStarted and lowerd/buildFinished notifications) with one
-deadline, helpers.DEADLINE, that only guards against a hang; nothing measures time.
+(diagnostics, the server's lowerd/buildStarted and lowerd/buildFinished notifications), checked
+as each arrives, with one deadline, helpers.DEADLINE, that only guards against a hang; nothing
+measures time.
 """
 
 from __future__ import annotations
@@ -17,30 +19,28 @@ import html
 import importlib.util
 import os
 import re
-import shutil
-import socket
 import sys
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 from lsprotocol import types
-from pygls.protocol import default_converter
 from pygls.uris import to_fs_path
-from pytest_lsp import LanguageClient, client_capabilities
-from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
+from pytest_lsp import client_capabilities
 
-from helpers import DEADLINE, PROJECTS, async_wait_until, line_marks, write_text_atomic
+from helpers import DEADLINE, PROJECTS, async_wait_until, line_marks
 from stock import forget_project_modules, run_stock_script
+from testkit.lsp_driver import LspDriver
+from testkit.lsp_events import BuildFinished, Published
+from testkit.ports import free_port
+from testkit.projects import copy_project, write_text_atomic
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.e2e]
 
 PROJECT = PROJECTS / "editor"
 TARGETS = ["net", "norms", "refused"]
-BUILD_STARTED, BUILD_FINISHED = "lowerd/buildStarted", "lowerd/buildFinished"
 # The editor's settings at start; a test that changes one, changes it back.
 SETTINGS = {
     "notDelegatedSeverity": "warning",
@@ -50,32 +50,17 @@ SETTINGS = {
 }
 
 
-# The editor: a client that records what the server sends, in order --------------------------
+# The editor: the shared LSP driver, with the project's LINE-MARKs and its known state --------
 
 
-@dataclass
-class Editor:
-    client: LanguageClient
-    root: Path
-    # ("diagnostics", uri, [Diagnostic]) | ("started", params) | ("finished", params)
-    # | ("lens-refresh",), in the order received
-    events: list[tuple[Any, ...]] = field(default_factory=list)
-    versions: dict[str, int] = field(default_factory=dict)
-
-    def path(self, relative: str) -> Path:
-        return self.root / relative
-
-    def uri(self, relative: str) -> str:
-        return self.path(relative).as_uri()
+class Editor(LspDriver):
+    """testkit's driver on the module's copy of tests/projects/editor."""
 
     def line(self, mark: str) -> tuple[str, int]:
         """(file relative to the root, 1-based line) of a LINE-MARK."""
         marks = line_marks(self.root)
         assert mark in marks, f"no LINE-MARK {mark}"
         return marks[mark]
-
-    def diagnostics(self, relative: str) -> list[types.Diagnostic]:
-        return list(self.client.diagnostics.get(self.uri(relative), []))
 
     def at(self, mark: str, code: str | None = None) -> list[types.Diagnostic]:
         relative, line = self.line(mark)
@@ -84,38 +69,6 @@ class Editor:
             for d in self.diagnostics(relative)
             if d.range.start.line == line - 1 and (code is None or d.code == code)
         ]
-
-    def open(self, relative: str) -> None:
-        self.versions[relative] = 1
-        self.client.text_document_did_open(
-            types.DidOpenTextDocumentParams(
-                types.TextDocumentItem(
-                    uri=self.uri(relative),
-                    language_id="python",
-                    version=1,
-                    text=self.path(relative).read_text(),
-                )
-            )
-        )
-
-    def save(self, relative: str, text: str) -> None:
-        """What an editor does on save: the buffer changes, the file is written (in one step,
-        as editors do), didSave."""
-        uri = self.uri(relative)
-        if relative in self.versions:
-            self.versions[relative] += 1
-            self.client.text_document_did_change(
-                types.DidChangeTextDocumentParams(
-                    text_document=types.VersionedTextDocumentIdentifier(
-                        uri=uri, version=self.versions[relative]
-                    ),
-                    content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
-                )
-            )
-        write_text_atomic(self.path(relative), text)
-        self.client.text_document_did_save(
-            types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(uri=uri))
-        )
 
     def replace_line(self, mark: str, new: str) -> tuple[str, str]:
         """The text of the mark's file with its line replaced (indentation kept) and the text
@@ -126,31 +79,6 @@ class Editor:
         indent = lines[line - 1][: len(lines[line - 1]) - len(lines[line - 1].lstrip())]
         lines[line - 1] = f"{indent}{new}  # LINE-MARK: {mark}\n"
         return "".join(lines), original
-
-    def finished(self, target: str, since: int = 0) -> list[dict[str, Any]]:
-        return [
-            e[1]
-            for e in self.events[since:]
-            if e[0] == "finished" and e[1]["target"] == target and e[1]["current"]
-        ]
-
-    def started(self, target: str, since: int = 0) -> list[dict[str, Any]]:
-        return [e[1] for e in self.events[since:] if e[0] == "started" and e[1]["target"] == target]
-
-    async def until(self, what: str, condition: Callable[[], Any]) -> Any:
-        """Polls the recorded state until the condition holds; fails after the deadline."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + DEADLINE
-        while not (value := condition()):
-            if loop.time() > deadline or self.client._server.returncode is not None:
-                pytest.fail(f"never: {what}\nevents: {self.events[-20:]}")
-            await asyncio.sleep(0.05)
-        return value
-
-    async def built(self, target: str, since: int) -> dict[str, Any]:
-        """The first current build result of the target after event `since`."""
-        found = await self.until(f"{target} built", lambda: self.finished(target, since))
-        return found[0]
 
     async def reset(self) -> None:
         """The project, the settings and what the server shows, as they were at start.
@@ -166,12 +94,7 @@ class Editor:
                 if self.path(relative).read_text() != source.read_text():
                     self.save(relative, source.read_text())
         since = len(self.events)
-        built = await asyncio.wait_for(
-            self.client.workspace_execute_command_async(
-                types.ExecuteCommandParams(command="lowerd.buildAll")
-            ),
-            DEADLINE,
-        )
+        built = await self.execute_command("lowerd.buildAll")
         statuses = {t.get("name"): t.get("status") for t in built.get("targets", [])}
         assert statuses == dict.fromkeys(TARGETS, "ok"), f"the restored project: {built}"
         for target in TARGETS:
@@ -195,89 +118,29 @@ class Editor:
     def progress_ended(self) -> bool:
         return all(
             isinstance(values[-1], types.WorkDoneProgressEnd)
-            for values in self.client.progress_reports.values()
+            for values in self.progress.values()
             if values
         )
 
 
-def _converter() -> Any:
-    """pygls' converter, but reading a code action that carries a command as a CodeAction:
-    lsprotocol takes any object with a `command` key for a Command, where the spec (and VS
-    Code) look at whether `command` is a string."""
-    converter = default_converter()
-
-    def command_or_action(value: Any, _: type) -> types.Command | types.CodeAction:
-        kind = types.Command if isinstance(value.get("command"), str) else types.CodeAction
-        return converter.structure(value, kind)  # type: ignore[no-any-return]
-
-    converter.register_structure_hook(types.Command | types.CodeAction, command_or_action)
-    return converter
-
-
-def make_client(events: list[tuple[Any, ...]]) -> LanguageClient:
-    client = LanguageClient(converter_factory=_converter)
-    publish = DEFAULT_CLIENT_FEATURES[types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS]
-
-    def on_publish(client: LanguageClient, params: types.PublishDiagnosticsParams) -> None:
-        publish(client, params)
-        events.append(("diagnostics", params.uri, list(params.diagnostics)))
-
-    def on_started(client: LanguageClient, params: Any) -> None:
-        events.append(("started", _as_dict(params)))
-
-    def on_finished(client: LanguageClient, params: Any) -> None:
-        events.append(("finished", _as_dict(params)))
-
-    def on_lens_refresh(client: LanguageClient, params: None) -> None:
-        events.append(("lens-refresh",))
-
-    def on_diagnostic_refresh(client: LanguageClient, params: None) -> None:
-        events.append(("diagnostic-refresh",))
-
-    features = {
-        **DEFAULT_CLIENT_FEATURES,
-        types.WORKSPACE_CODE_LENS_REFRESH: on_lens_refresh,
-        types.WORKSPACE_DIAGNOSTIC_REFRESH: on_diagnostic_refresh,
-        types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS: on_publish,
-        BUILD_STARTED: on_started,
-        BUILD_FINISHED: on_finished,
-    }
-    register_lsp_features(client, features)
-    return client
-
-
-def _as_dict(params: Any) -> dict[str, Any]:
-    return params if isinstance(params, dict) else dict(params._asdict())
-
-
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("editor") / "project"
-    shutil.copytree(PROJECT, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
-    return root
+    return copy_project(PROJECT, tmp_path_factory.mktemp("editor") / "project")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def lsp(project: Path, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Editor]:
     """The module's one server, with its first build of every target done."""
-    events: list[tuple[Any, ...]] = []
-    client = make_client(events)
+    editor = Editor(project, DEADLINE)
     env = dict(os.environ, LOWERD_CACHE_DIR=str(tmp_path_factory.mktemp("cache")))
-    await client.start_io(sys.executable, "-m", "lowerd", "serve", env=env, cwd=str(project))
-    await client.initialize_session(
-        types.InitializeParams(
-            capabilities=client_capabilities("visual-studio-code"),
-            root_uri=project.as_uri(),
-            workspace_folders=[types.WorkspaceFolder(uri=project.as_uri(), name="project")],
-            initialization_options={"lowerd": {"notDelegatedSeverity": "warning"}},
-        )
+    await editor.start(env=env)
+    await editor.initialize(
+        client_capabilities("visual-studio-code"), {"notDelegatedSeverity": "warning"}
     )
-    editor = Editor(client, project, events)
     for target in TARGETS:
         await editor.built(target, 0)
     yield editor
-    await client.shutdown_session()
-    await client.stop()
+    await editor.stop()
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -319,17 +182,19 @@ async def test_coverage_is_shown_before_the_build_finishes(editor: Editor) -> No
     coverage = [
         i
         for i, e in enumerate(editor.events)
-        if e[0] == "diagnostics" and e[1] == uri and any(d.code == "coverage" for d in e[2])
+        if isinstance(e, Published)
+        and e.uri == uri
+        and any(d.code == "coverage" for d in e.diagnostics)
     ]
     finished = [
-        i for i, e in enumerate(editor.events) if e[0] == "finished" and e[1]["target"] == "net"
+        i for i, e in enumerate(editor.events) if isinstance(e, BuildFinished) and e.target == "net"
     ]
     assert coverage and finished, editor.events[:20]
     assert coverage[0] < finished[0]
 
 
 async def test_progress_reports_build_stages(editor: Editor) -> None:
-    reports = editor.client.progress_reports
+    reports = editor.progress
     builds = [values for values in reports.values() if values]
     assert builds, "no $/progress"
     for values in builds:
@@ -344,8 +209,10 @@ async def test_progress_reports_build_stages(editor: Editor) -> None:
 
 async def test_code_lens_and_hover(editor: Editor) -> None:
     relative, entry_line = editor.line("refused.entry")
-    lenses = await editor.client.text_document_code_lens_async(
-        types.CodeLensParams(types.TextDocumentIdentifier(editor.uri(relative)))
+    lenses = await editor.answer(
+        editor.client.text_document_code_lens_async(
+            types.CodeLensParams(types.TextDocumentIdentifier(editor.uri(relative)))
+        )
     )
     assert lenses and all(lens.range.start.line == entry_line - 1 for lens in lenses)
     titles = {lens.command.title: lens.command for lens in lenses if lens.command}
@@ -354,13 +221,15 @@ async def test_code_lens_and_hover(editor: Editor) -> None:
     assert titles["Build .pte"].command == "lowerd.build"
     assert list(titles["Build .pte"].arguments) == ["refused"]
     # Lenses are refreshed when builds end, so their titles follow the coverage.
-    assert any(e[0] == "lens-refresh" for e in editor.events)
+    assert editor.refreshed(types.WORKSPACE_CODE_LENS_REFRESH)
 
     async def hover(mark: str) -> str | None:
         relative, line = editor.line(mark)
-        found = await editor.client.text_document_hover_async(
-            types.HoverParams(
-                types.TextDocumentIdentifier(editor.uri(relative)), types.Position(line - 1, 8)
+        found = await editor.answer(
+            editor.client.text_document_hover_async(
+                types.HoverParams(
+                    types.TextDocumentIdentifier(editor.uri(relative)), types.Position(line - 1, 8)
+                )
             )
         )
         return found.contents.value if found else None
@@ -392,9 +261,11 @@ async def test_ops_made_in_a_library_link_its_line_from_the_users_line(editor: E
         assert "RMSNorm.forward of layers.{0..2}.norm" in info.message, info.message
 
     relative, line = editor.line("norms.norm")
-    hover = await editor.client.text_document_hover_async(
-        types.HoverParams(
-            types.TextDocumentIdentifier(editor.uri(relative)), types.Position(line - 1, 8)
+    hover = await editor.answer(
+        editor.client.text_document_hover_async(
+            types.HoverParams(
+                types.TextDocumentIdentifier(editor.uri(relative)), types.Position(line - 1, 8)
+            )
         )
     )
     assert hover is not None
@@ -402,8 +273,10 @@ async def test_ops_made_in_a_library_link_its_line_from_the_users_line(editor: E
     assert "· `layers.{0..2}.norm`" in hover.contents.value
 
     relative, _ = editor.line("norms.entry")
-    lenses = await editor.client.text_document_code_lens_async(
-        types.CodeLensParams(types.TextDocumentIdentifier(editor.uri(relative)))
+    lenses = await editor.answer(
+        editor.client.text_document_code_lens_async(
+            types.CodeLensParams(types.TextDocumentIdentifier(editor.uri(relative)))
+        )
     )
     titles = [lens.command.title for lens in lenses if lens.command]
     assert any("in 4 partitions" in t and "would make this 1 partition" in t for t in titles)
@@ -423,11 +296,7 @@ async def test_not_delegated_severity_follows_the_setting(editor: Editor) -> Non
         ("hint", types.DiagnosticSeverity.Hint),
         ("warning", types.DiagnosticSeverity.Warning),
     ]:
-        editor.client.workspace_did_change_configuration(
-            types.DidChangeConfigurationParams(
-                settings={"lowerd": {"notDelegatedSeverity": setting}}
-            )
-        )
+        editor.configure({"notDelegatedSeverity": setting})
         await editor.until(
             setting,
             lambda severity=severity: [
@@ -442,10 +311,12 @@ async def test_inlay_hints_say_where_each_lines_ops_ran_and_follow_moved_lines(
 ) -> None:
     async def hints() -> dict[int, types.InlayHint]:
         everything = types.Range(types.Position(0, 0), types.Position(10_000, 0))
-        found = await editor.client.text_document_inlay_hint_async(
-            types.InlayHintParams(
-                text_document=types.TextDocumentIdentifier(editor.uri("models/refused.py")),
-                range=everything,
+        found = await editor.answer(
+            editor.client.text_document_inlay_hint_async(
+                types.InlayHintParams(
+                    text_document=types.TextDocumentIdentifier(editor.uri("models/refused.py")),
+                    range=everything,
+                )
             )
         )
         return {hint.position.line + 1: hint for hint in found or []}
@@ -489,11 +360,13 @@ async def test_code_actions_on_a_warning_and_the_stock_script_they_copy(
     server's lowerd.stockScript answers, which writes the bytes of lowerd's .pte."""
     [warning] = editor.at("refused.pow", "not-delegated")
     uri = editor.uri("models/refused.py")
-    actions = await editor.client.text_document_code_action_async(
-        types.CodeActionParams(
-            text_document=types.TextDocumentIdentifier(uri),
-            range=warning.range,
-            context=types.CodeActionContext(diagnostics=[warning]),
+    actions = await editor.answer(
+        editor.client.text_document_code_action_async(
+            types.CodeActionParams(
+                text_document=types.TextDocumentIdentifier(uri),
+                range=warning.range,
+                context=types.CodeActionContext(diagnostics=[warning]),
+            )
         )
     )
     line = editor.line("refused.pow")[1]
@@ -510,12 +383,8 @@ async def test_code_actions_on_a_warning_and_the_stock_script_they_copy(
     ]
     assert all([d.message for d in a.diagnostics or []] == [warning.message] for a in actions or [])
 
-    answer = await editor.client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="lowerd.stockScript", arguments=["refused"])
-    )
-    report = await editor.client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="lowerd.report", arguments=["refused"])
-    )
+    answer = await editor.execute_command("lowerd.stockScript", "refused")
+    report = await editor.execute_command("lowerd.report", "refused")
     [refused] = report["targets"]
     forget_project_modules(editor.root)
     written = run_stock_script(answer["script"], tmp_path / "stock", monkeypatch)
@@ -525,31 +394,23 @@ async def test_code_actions_on_a_warning_and_the_stock_script_they_copy(
 
 async def test_the_graph_view_is_the_html_report_of_the_last_build(editor: Editor) -> None:
     """lowerd.reportPage: `lowerd report --html`'s page, made by the server from its results."""
-    answer = await editor.client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="lowerd.reportPage", arguments=["refused"])
-    )
+    answer = await editor.execute_command("lowerd.reportPage", "refused")
     page = answer["html"]
     assert page.startswith("<!DOCTYPE html>") and 'id="t-refused-forward-op-' in page
     [svg] = re.findall(r"<svg.*?</svg>", html.unescape(page), flags=re.S)
     nodes = re.findall(r'<g id="[^"]*node-\d+" class="([^"]*)"', svg)
     assert [classes.split()[-1] for classes in nodes] == ["p0", "cpu", "cpu", "p1"]
     assert "two_methods" not in page and 'id="t-net-' not in page
-    unknown = await editor.client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="lowerd.reportPage", arguments=["nope"])
-    )
+    unknown = await editor.execute_command("lowerd.reportPage", "nope")
     assert unknown == {"error": "unknown targets: nope"}
 
 
 async def test_commands_report_and_build(editor: Editor) -> None:
-    report = await editor.client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="lowerd.report")
-    )
+    report = await editor.execute_command("lowerd.report")
     targets = {t["name"]: t for t in report["targets"]}
     assert set(targets) == set(TARGETS)
     assert targets["refused"]["methods"]["forward"]["ops_delegated"] == 2
-    built = await editor.client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="lowerd.build", arguments=["net"])
-    )
+    built = await editor.execute_command("lowerd.build", "net")
     [net] = built["targets"]
     assert net["status"] == "ok" and Path(net["output"]).is_file()
 
@@ -559,20 +420,17 @@ async def test_command_explain_answers_what_lowerd_explain_prints(editor: Editor
     from lowerd.project.config import load_config
     from lowerd.project.explain import explain_targets
 
-    answer = await editor.client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="lowerd.explain", arguments=["refused"])
-    )
+    answer = await editor.execute_command("lowerd.explain", "refused")
     expected = explain_targets(load_config(editor.path("pyproject.toml")), ["refused"])
     assert answer == expected and answer["targets"][0]["lines"][0].startswith("refused: ")
-    unknown = await editor.client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="lowerd.explain", arguments=["nope"])
-    )
+    unknown = await editor.execute_command("lowerd.explain", "nope")
     assert unknown["targets"] == [] and "nope" in unknown["error"]
 
 
 async def test_the_server_process_never_loads_torch(editor: Editor) -> None:
     """User code, torch and ExecuTorch run in the worker processes only."""
-    server = editor.client._server.pid
+    assert editor.process is not None
+    server = editor.process.pid
     maps = Path(f"/proc/{server}/maps").read_text()
     assert "torch" not in maps and "executorch" not in maps
     # The check can see torch: the server's child, the fork server, has it loaded.
@@ -639,13 +497,17 @@ async def test_a_builds_diagnostics_come_before_its_build_finished(editor: Edito
     try:
         finished = await editor.built("net", since)
         assert finished["errorKind"] == "entry-error"
-        [at] = [i for i, e in enumerate(editor.events) if e[0] == "finished" and e[1] is finished]
+        [at] = [
+            i
+            for i, e in enumerate(editor.events)
+            if isinstance(e, BuildFinished) and e.params is finished
+        ]
         _, line = editor.line("net.edit")
         published_before = [
             d
             for e in editor.events[since:at]
-            if e[0] == "diagnostics" and e[1] == editor.uri("models/net.py")
-            for d in e[2]
+            if isinstance(e, Published) and e.uri == editor.uri("models/net.py")
+            for d in e.diagnostics
             if d.code == "entry-error" and d.range.start.line == line - 1
         ]
         assert published_before, f"buildFinished came first: {editor.events[since:]}"
@@ -695,9 +557,7 @@ async def test_a_dying_worker_is_an_error_at_the_entry_and_the_next_save_works(
 
 def set_settings(editor: Editor, settings: dict[str, Any]) -> None:
     if settings:
-        editor.client.workspace_did_change_configuration(
-            types.DidChangeConfigurationParams(settings={"lowerd": settings})
-        )
+        editor.configure(settings)
 
 
 async def test_a_second_save_cancels_the_running_build(editor: Editor, tmp_path: Path) -> None:
@@ -711,7 +571,8 @@ async def test_a_second_save_cancels_the_running_build(editor: Editor, tmp_path:
     since = len(editor.events)
     editor.save("models/net.py", slow)
     try:
-        await editor.until("the slow build inside make()", inside.exists)
+        # Polled: the file, not the server, says the build runs make()
+        await async_wait_until(inside.exists, what="the slow build inside make()")
         [first] = editor.started("net", since)
     finally:
         editor.save("models/net.py", original)
@@ -720,9 +581,9 @@ async def test_a_second_save_cancels_the_running_build(editor: Editor, tmp_path:
     [superseded] = await editor.until(
         "the slow build ended",
         lambda: [
-            e[1]
+            e.params
             for e in editor.events
-            if e[0] == "finished" and e[1]["buildId"] == first["buildId"]
+            if isinstance(e, BuildFinished) and e.params["buildId"] == first["buildId"]
         ],
     )
     assert superseded["current"] is False and superseded["errorKind"] == "cancelled"
@@ -774,35 +635,27 @@ async def test_tcp_transport_and_a_config_error_at_start(tmp_path: Path) -> None
     """`lowerd serve --tcp`: a workspace whose [tool.lowerd] is broken gets the error at its
     line, and the server waits for a fix instead of exiting."""
     write_text_atomic(tmp_path / "pyproject.toml", '[tool.lowerd]\nbackends = ["xnnpak"]\n')
-    with socket.socket() as probe:  # a free port
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "lowerd", "serve", "--tcp", f"127.0.0.1:{port}", cwd=tmp_path
     )
-    client = make_client([])
+    editor = LspDriver(tmp_path, DEADLINE)
     try:
-        await _connect(client, port)
-        await client.initialize_session(
-            types.InitializeParams(
-                # 0.7 does not pull: it is pushed diagnostics
-                capabilities=client_capabilities("neovim@v0.7.0"),
-                root_uri=tmp_path.as_uri(),
-            )
-        )
+        await _connect(editor, port)
+        # 0.7 does not pull: it is pushed diagnostics
+        await editor.initialize(client_capabilities("neovim@v0.7.0"))
         uri = (tmp_path / "pyproject.toml").as_uri()
-        await async_wait_until(lambda: client.diagnostics.get(uri), what="the config error")
-        [error] = client.diagnostics[uri]
+        await editor.until("the config error", lambda: editor.published.get(uri))
+        [error] = editor.published[uri]
         assert (error.code, error.range.start.line, error.source) == ("config-error", 1, "lowerd")
         assert "xnnpak" in error.message
-        await client.shutdown_async(None)
-        client.exit(None)
+        await editor.shutdown()
         assert await asyncio.wait_for(server.wait(), DEADLINE) == 0
     finally:
         if server.returncode is None:
             server.kill()
             await server.wait()
-        await client.stop()
+        await editor.close()
 
 
 async def test_a_client_that_pulls_gets_result_ids_and_refreshes_not_pushes(
@@ -814,24 +667,26 @@ async def test_a_client_that_pulls_gets_result_ids_and_refreshes_not_pushes(
     pyproject = tmp_path / "pyproject.toml"
     write_text_atomic(pyproject, '[tool.lowerd]\nbackends = ["xnnpak"]\n')
     uri = pyproject.as_uri()
-    events: list[tuple[Any, ...]] = []
-    client = make_client(events)
-    await client.start_io(sys.executable, "-m", "lowerd", "serve", cwd=str(tmp_path))
+    editor = LspDriver(tmp_path, DEADLINE)
+    await editor.start()
     try:
         capabilities = client_capabilities("neovim")  # 0.11: it pulls
         assert capabilities.workspace is not None
         capabilities.workspace.diagnostics = types.DiagnosticWorkspaceClientCapabilities(
             refresh_support=True
         )
-        await client.initialize_session(
-            types.InitializeParams(capabilities=capabilities, root_uri=tmp_path.as_uri())
-        )
-        await async_wait_until(lambda: ("diagnostic-refresh",) in events, what="a refresh")
+        await editor.initialize(capabilities)
+        refresh = types.WORKSPACE_DIAGNOSTIC_REFRESH
+        await editor.until("a refresh", lambda: editor.refreshed(refresh))
 
         def pull(previous: str | None = None) -> Any:
             document = types.TextDocumentIdentifier(uri=uri)
-            return client.text_document_diagnostic_async(
-                types.DocumentDiagnosticParams(text_document=document, previous_result_id=previous)
+            return editor.answer(
+                editor.client.text_document_diagnostic_async(
+                    types.DocumentDiagnosticParams(
+                        text_document=document, previous_result_id=previous
+                    )
+                )
             )
 
         first = await pull()
@@ -841,35 +696,38 @@ async def test_a_client_that_pulls_gets_result_ids_and_refreshes_not_pushes(
         assert "xnnpak" in error.message
         same = await pull(first.result_id)
         assert same.kind == "unchanged" and same.result_id == first.result_id
-        workspace = await client.workspace_diagnostic_async(
-            types.WorkspaceDiagnosticParams(
-                previous_result_ids=[types.PreviousResultId(uri=uri, value=first.result_id)]
+        workspace = await editor.answer(
+            editor.client.workspace_diagnostic_async(
+                types.WorkspaceDiagnosticParams(
+                    previous_result_ids=[types.PreviousResultId(uri=uri, value=first.result_id)]
+                )
             )
         )
         [report] = workspace.items
         assert (report.uri, report.kind, report.result_id) == (uri, "unchanged", first.result_id)
 
-        events.clear()
+        since = len(editor.events)
         write_text_atomic(pyproject, '[tool.lowerd]\nbackends = ["vulkn"]\n')
-        await async_wait_until(lambda: ("diagnostic-refresh",) in events, what="a refresh")
+        await editor.until("a refresh", lambda: editor.refreshed(refresh, since))
         moved = await pull(first.result_id)
         assert moved.kind == "full" and moved.result_id != first.result_id
         [error] = moved.items
         assert "vulkn" in error.message and error.range.start.line == 1
         # Pulled, never pushed: a client holding both would show every problem twice.
-        assert not [event for event in events if event[0] == "diagnostics"]
-        assert uri not in client.diagnostics
-        await client.shutdown_session()
+        assert not [event for event in editor.events[since:] if isinstance(event, Published)]
+        assert uri not in editor.published
+        await editor.shutdown()
     finally:
-        await client.stop()
+        await editor.close()
 
 
-async def _connect(client: LanguageClient, port: int) -> None:
+async def _connect(editor: LspDriver, port: int) -> None:
+    """Connects once the server listens (polled: it says nothing when it is ready)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + DEADLINE
     while True:
         try:
-            await client.start_tcp("127.0.0.1", port)
+            await editor.connect_tcp("127.0.0.1", port)
             return
         except OSError:
             if loop.time() > deadline:

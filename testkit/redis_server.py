@@ -1,20 +1,25 @@
 """A real redis-server for a test or a benchmark: its own folder, a free port, no persistence.
 
 Ready when the server says so on its log ("Ready to accept connections"), not after a sleep.
-Also used by bench/bench_scale.py.
+Used by tests/test_remote_cache.py and bench/bench_scale.py.
 """
 
 from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from testkit.ports import free_port
+
+if TYPE_CHECKING:
+    import redis
 
 READY = "Ready to accept connections"
 
@@ -29,7 +34,7 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def client(self):  # type: ignore[no-untyped-def]
+    def client(self) -> redis.Redis:
         import redis
 
         return redis.Redis(host="127.0.0.1", port=self.port, db=0)
@@ -49,7 +54,7 @@ def have_redis_server() -> bool:
 def redis_server(folder: Path, *options: str) -> Iterator[RedisServer]:
     folder.mkdir(parents=True, exist_ok=True)
     for _ in range(5):  # another process may take the free port before redis binds it
-        port = _free_port()
+        port = free_port()
         command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1"]
         process = subprocess.Popen(
             [*command, "--dir", str(folder), "--save", "", "--appendonly", "no", *options],
@@ -83,9 +88,3 @@ def _wait_ready(process: subprocess.Popen[str]) -> threading.Thread | None:
             return drain
     process.wait()
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -2,7 +2,7 @@
 port, no dashboard. Ready when `ray start` says the runtime started, not after a sleep; ended by
 killing its process group, never `ray stop` (which ends every Ray on the machine).
 
-Also used by bench/bench_scale.py.
+Used by tests/test_ray_executor.py and bench/bench_scale.py.
 """
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+
+from testkit.ports import free_port
 
 RAY = Path(sys.executable).with_name("ray")
 STARTED = "Ray runtime started"
@@ -31,7 +32,7 @@ def ray_cluster(folder: Path, cpus: int = 2, env: Mapping[str, str] | None = Non
     """The cluster's address while the block runs. `folder` should be short: Ray's Unix sockets
     live under it, and their paths are capped at 107 bytes. Its workers inherit `env`."""
     folder.mkdir(parents=True, exist_ok=True)
-    command = [str(RAY), "start", "--head", "--block", f"--port={_free_port()}"]
+    command = [str(RAY), "start", "--head", "--block", f"--port={free_port()}"]
     command += ["--node-ip-address=127.0.0.1", f"--temp-dir={folder}", f"--num-cpus={cpus}"]
     command += ["--include-dashboard=false", "--disable-usage-stats"]
     port = command[4].removeprefix("--port=")
@@ -65,9 +66,3 @@ def ray_cluster(folder: Path, cpus: int = 2, env: Mapping[str, str] | None = Non
             drain.join()
         if head.stdout is not None:
             head.stdout.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

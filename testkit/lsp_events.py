@@ -1,0 +1,80 @@
+"""What `lowerd serve` sends an editor, as typed records: the LSP driver (lsp_driver.py) keeps
+them in the order it received them, each with the moment it did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lsprotocol import types
+
+BUILD_STARTED = "lowerd/buildStarted"
+BUILD_FINISHED = "lowerd/buildFinished"
+
+ProgressValue = (
+    types.WorkDoneProgressBegin | types.WorkDoneProgressReport | types.WorkDoneProgressEnd
+)
+# $/progress values by their "kind"
+PROGRESS_KINDS: dict[str, type[ProgressValue]] = {
+    "begin": types.WorkDoneProgressBegin,
+    "report": types.WorkDoneProgressReport,
+    "end": types.WorkDoneProgressEnd,
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Published:
+    """textDocument/publishDiagnostics: what the editor shows for one file from now on."""
+
+    at: float  # time.perf_counter() when the driver received it
+    uri: str
+    diagnostics: list[types.Diagnostic]
+
+
+@dataclass(frozen=True, eq=False)
+class BuildStarted:
+    """lowerd/buildStarted: {target, buildId}."""
+
+    at: float
+    params: dict[str, Any]
+
+    @property
+    def target(self) -> str:
+        return str(self.params["target"])
+
+
+@dataclass(frozen=True, eq=False)
+class BuildFinished:
+    """lowerd/buildFinished: {target, buildId, current, status, errorKind, reused, ...}; a
+    build that is not `current` was superseded, and the server shows nothing of it."""
+
+    at: float
+    params: dict[str, Any]
+
+    @property
+    def target(self) -> str:
+        return str(self.params["target"])
+
+    @property
+    def current(self) -> bool:
+        return bool(self.params.get("current"))
+
+
+@dataclass(frozen=True, eq=False)
+class Progress:
+    """$/progress of a work-done progress the server created: a build's stages."""
+
+    at: float
+    token: types.ProgressToken
+    value: ProgressValue
+
+
+@dataclass(frozen=True, eq=False)
+class Refresh:
+    """A workspace/*/refresh request: code lenses, diagnostics (pulled) or inlay hints."""
+
+    at: float
+    method: str
+
+
+ServerEvent = Published | BuildStarted | BuildFinished | Progress | Refresh
