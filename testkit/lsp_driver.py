@@ -43,6 +43,7 @@ from testkit.lsp_events import (
     Refresh,
     ServerEvent,
 )
+from testkit.ports import open_when_listening
 from testkit.projects import write_text_atomic
 
 T = TypeVar("T")
@@ -122,8 +123,8 @@ class LspDriver:
         self._watching = asyncio.get_running_loop().create_task(self._note_exit(self.process))
 
     async def connect_tcp(self, host: str, port: int) -> None:
-        """To a `lowerd serve --tcp` started elsewhere (OSError while it does not listen)."""
-        reader, writer = await asyncio.open_connection(host, port)
+        """To a `lowerd serve --tcp` started elsewhere, once it listens (within the deadline)."""
+        reader, writer = await open_when_listening(host, port, self.deadline)
         self._attach(reader, writer)
 
     def _attach(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -25,6 +24,7 @@ import pytest_asyncio
 from lowerd.daemon.lsp_protocol import MessageFramer
 
 from helpers import DEADLINE
+from testkit.ports import free_port, open_when_listening
 
 T = TypeVar("T")
 
@@ -249,11 +249,10 @@ async def test_a_one_tib_content_length_is_skipped_with_a_log_line(wire: Wire) -
 @e2e
 async def test_tcp_transport_reads_with_the_same_guard(tmp_path: Path) -> None:
     """`lowerd serve --tcp` shares the reader: framing mistakes there cost one message too."""
-    with socket.socket() as probe:  # a free port
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     async with running_server(tmp_path, "--tcp", f"127.0.0.1:{port}") as server:
-        wire = await _connect(port, server, tmp_path)
+        reader, writer = await open_when_listening("127.0.0.1", port, DEADLINE)
+        wire = Wire(reader, writer, server, tmp_path)
         await wire.initialize()
         wire.write(frame(encode({"id": 50, "method": "textDocument/hover", "params": {}}), 10))
         wire.write(b"Content-Length: %d\r\n\r\n" % ONE_TIB)
@@ -262,19 +261,6 @@ async def test_tcp_transport_reads_with_the_same_guard(tmp_path: Path) -> None:
         wire.request(52, "textDocument/codeLens", {"textDocument": None})
         assert await wire.error_code(52) == INVALID_PARAMS
         await wire.exits_cleanly()
-
-
-async def _connect(port: int, server: asyncio.subprocess.Process, root: Path) -> Wire:
-    """Connects once the server listens (polled: it says nothing when it is ready)."""
-    loop = asyncio.get_running_loop()
-    give_up = loop.time() + DEADLINE
-    while True:
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            return Wire(reader, writer, server, root)
-        except ConnectionRefusedError:
-            assert loop.time() < give_up, f"the server did not listen within {DEADLINE:.0f} s"
-            await asyncio.sleep(0.05)
 
 
 # The framer alone --------------------------------------------------------------------------------

@@ -641,7 +641,7 @@ async def test_tcp_transport_and_a_config_error_at_start(tmp_path: Path) -> None
     )
     editor = LspDriver(tmp_path, DEADLINE)
     try:
-        await _connect(editor, port)
+        await editor.connect_tcp("127.0.0.1", port)
         # 0.7 does not pull: it is pushed diagnostics
         await editor.initialize(client_capabilities("neovim@v0.7.0"))
         uri = (tmp_path / "pyproject.toml").as_uri()
@@ -719,17 +719,3 @@ async def test_a_client_that_pulls_gets_result_ids_and_refreshes_not_pushes(
         await editor.shutdown()
     finally:
         await editor.close()
-
-
-async def _connect(editor: LspDriver, port: int) -> None:
-    """Connects once the server listens (polled: it says nothing when it is ready)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE
-    while True:
-        try:
-            await editor.connect_tcp("127.0.0.1", port)
-            return
-        except OSError:
-            if loop.time() > deadline:
-                raise
-            await asyncio.sleep(0.05)
