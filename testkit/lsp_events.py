@@ -32,28 +32,24 @@ class Published:
 
 
 @dataclass(frozen=True, eq=False)
-class BuildStarted:
+class BuildNotice:
+    """One of lowerd's build notifications; `params` is its JSON object."""
+
+    at: float
+    params: dict[str, Any]
+
+    @property
+    def target(self) -> str:
+        return str(self.params["target"])
+
+
+class BuildStarted(BuildNotice):
     """lowerd/buildStarted: {target, buildId}."""
 
-    at: float
-    params: dict[str, Any]
 
-    @property
-    def target(self) -> str:
-        return str(self.params["target"])
-
-
-@dataclass(frozen=True, eq=False)
-class BuildFinished:
+class BuildFinished(BuildNotice):
     """lowerd/buildFinished: {target, buildId, current, status, errorKind, reused, ...}; a
     build that is not `current` was superseded, and the server shows nothing of it."""
-
-    at: float
-    params: dict[str, Any]
-
-    @property
-    def target(self) -> str:
-        return str(self.params["target"])
 
     @property
     def current(self) -> bool:
