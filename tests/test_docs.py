@@ -71,7 +71,7 @@ LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 # A code span naming a file of this repository: `src/lowerd/cli/main.py`, `tests/projects/basic`.
-REPO_PATH = re.compile(r"^(?:src|tests|bench|examples|editors|docs|\.ci)/[\w./-]*")
+REPO_PATH = re.compile(r"^(?:src|tests|testkit|bench|examples|editors|docs|\.ci)/[\w./-]*")
 
 
 def prose(text: str) -> str:
