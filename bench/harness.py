@@ -432,6 +432,7 @@ def lowerd_worker(spec: dict[str, Any]) -> dict[str, Any]:
     from lowerd.lowering.build import build_target
     from lowerd.project.config import load_config, select_targets
     from lowerd.project.project_store import store_for
+    from lowerd.project.wire import encode
 
     imported = time.perf_counter()
     clock = StageClock()
@@ -443,7 +444,7 @@ def lowerd_worker(spec: dict[str, Any]) -> dict[str, Any]:
         result = build_target(config, target, store, clock.progress)
         clock.stop()
         finished = time.perf_counter()
-    report = result.to_json()
+    report = encode(result)
     if report["status"] != "ok":
         raise SystemExit(f"lowerd build failed: {json.dumps(report['error'])}")
     forward = report["methods"]["forward"]

@@ -26,6 +26,7 @@ from lowerd.daemon.runtime import DaemonPaths, DaemonStatus, read_status
 from lowerd.project.config import load_config
 from lowerd.project.errors import ConfigError
 from lowerd.project.result import TargetResult
+from lowerd.project.wire import decode
 from lowerd.worker.protocol import WorkerEvent, parse_event
 from lowerd.worker.workers import BuildRequest
 
@@ -261,7 +262,7 @@ class FakeBuild:
     def finish(self, result: dict[str, Any] | None = None, peak_rss: int | None = None) -> None:
         if peak_rss is not None:
             self.on_event({"type": "peak_rss", "bytes": peak_rss})
-        self.future.set_result(TargetResult.from_json(result or ok_result(self.target)))
+        self.future.set_result(decode(TargetResult, result or ok_result(self.target)))
 
 
 @dataclass

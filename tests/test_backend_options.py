@@ -16,6 +16,7 @@ from lowerd.project import backends
 from lowerd.project.build_state import load_state, why_out_of_date
 from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.result import TargetResult
+from lowerd.project.wire import decode, encode
 
 from helpers import assert_config_error, write_pyproject
 from stock import (
@@ -312,11 +313,11 @@ def test_xnnpack_options_equal_stock_and_never_reuse_a_wrong_blob(
     assert result.sha256 != plain.sha256  # per-op partitions: other delegated graphs
     options = {"xnnpack": {"per_op_mode": True, "config_precisions": ["fp32"]}}
     assert result.backend_options == options
-    assert result.to_json()["backend_options"] == options
-    assert TargetResult.from_json(result.to_json()).backend_options == options
+    assert encode(result)["backend_options"] == options
+    assert decode(TargetResult, encode(result)).backend_options == options
     # The build record answers with the options too.
     state = load_state(config, config.targets["stack"])
-    assert state is not None and state.report["backend_options"] == options
+    assert state is not None and state.report.backend_options == options
 
     # Only static-quant configs: the fp32 ops stay out; what is left to delegate keys afresh.
     pyproject = blocks / "pyproject.toml"

@@ -21,6 +21,7 @@ from lowerd.daemon.rpc_messages import CompareCall
 from lowerd.project.compare_result import BackendComparison, CompareResult, NotDelegatedGroup
 from lowerd.project.config import load_config
 from lowerd.project.result import ErrorInfo, TargetResult
+from lowerd.project.wire import decode
 from lowerd.worker.workers import BuildRequest, WorkerPool
 
 from helpers import lowerd
@@ -84,7 +85,7 @@ async def test_each_backend_is_a_normal_build_kept_apart_and_cached(
         # Unchanged: answered from the compare's own records, by the language server's command too.
         loaded = load_config(Path(config))
         answer = await compare_answer(pool, loaded, [TARGET, "xnnpack,vulkan"])
-        again = [BackendComparison.from_json(column) for column in answer["backends"]]
+        again = [decode(BackendComparison, column) for column in answer["backends"]]
         assert [column.reused for column in again] == ["up-to-date", "up-to-date"]
         assert [numbers(column) for column in again] == [numbers(xnnpack), numbers(vulkan)]
         unknown = await compare_answer(pool, loaded, ["nope"])
@@ -114,7 +115,7 @@ def test_the_cli_prints_the_document_and_a_missing_backend_is_its_column(
     args = ("compare", TARGET, "--backends", "xnnpack,coreml", "--json")
     run = lowerd(project, tmp_path / "cache", *args)
     assert run.returncode == 0, run.log  # one backend compared: the other's error is its column
-    xnnpack, coreml = (BackendComparison.from_json(c) for c in run.json()["backends"])
+    xnnpack, coreml = (decode(BackendComparison, c) for c in run.json()["backends"])
     assert numbers(xnnpack)[:6] == ("ok", 50, 2, 4, 2, XNNPACK_LEFT)
     assert (xnnpack.cache.hits, xnnpack.cache.misses) == (0, 2)
     assert coreml.status == "error" and coreml.error is not None

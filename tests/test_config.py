@@ -18,6 +18,7 @@ from lowerd.project.config import (
 from lowerd.project.errors import ConfigError
 from lowerd.project.located import Located
 from lowerd.project.toml_lines import KeyLocator
+from lowerd.project.wire import encode
 
 from helpers import load_error, write_pyproject
 
@@ -783,7 +784,7 @@ def test_config_errors_blame_the_offending_line(
 def test_error_renders_as_file_line_message(tmp_path: Path) -> None:
     error = load_error(tmp_path, '[tool.lowerd]\ntimeout = 0\ntargets.a.entry = "a.py:f"\n')
     assert str(error).startswith(f"{tmp_path / 'pyproject.toml'}:2: timeout must be")
-    assert error.to_json()["kind"] == "config-error"
+    assert encode(error.info())["kind"] == "config-error"
 
 
 def test_keys_in_strings_and_comments_are_not_mistaken_for_keys(tmp_path: Path) -> None:

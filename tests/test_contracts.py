@@ -1,6 +1,7 @@
 """The typed contracts (project/result.py, project/report_model.py, worker/protocol.py,
-daemon/rpc_messages.py): each reads back what it writes, every constructor makes the whole
-document shape, and the daemon's request parser makes the typed request of each op."""
+daemon/rpc_messages.py): each reads back what it writes through project/wire.py, every
+constructor makes the whole document shape, and the daemon's request parser makes the typed
+request of each op."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from typing import Any
 
 import pytest
+from wire_samples import built, method_report
 
 from lowerd.daemon.rpc import RequestError, parse_request
 from lowerd.daemon.rpc_messages import (
@@ -24,22 +26,16 @@ from lowerd.daemon.rpc_messages import (
     parse_reply,
 )
 from lowerd.project.errors import ExportError
-from lowerd.project.method_graph import CPU, GraphNode, MethodGraph
 from lowerd.project.report_model import (
-    Frame,
     MethodReport,
     ModuleCoverage,
-    NotDelegatedOp,
-    PartitionSummary,
-    RefusalGroup,
 )
 from lowerd.project.result import (
     CacheSummary,
     ErrorInfo,
-    ProgramSizes,
-    SourceSite,
     TargetResult,
 )
+from lowerd.project.wire import decode, encode
 from lowerd.worker.protocol import (
     LibrariesEvent,
     PartitionedEvent,
@@ -72,54 +68,6 @@ DOCUMENT_KEYS = {
 }
 
 
-def method_report() -> MethodReport:
-    library = Frame("/site-packages/lib/norm.py", 12, "forward")
-    return MethodReport(
-        delegated_nodes=7,
-        non_delegated_nodes=3,
-        subgraphs=2,
-        ops=10,
-        ops_delegated=7,
-        coverage=0.7,
-        backends={"XNNPACK": {"ops": 5, "partitions": 1}, "Vulkan": {"ops": 2, "partitions": 1}},
-        partitions=[
-            PartitionSummary("XNNPACK", 5, "hit", [["m.py", 3, "aten.linear.default"]], 720, 288)
-        ],
-        not_delegated=[
-            NotDelegatedOp("aten.mean.dim", "m.py", 4, "rank 3", "mean", library, "l.0", "Norm", 8)
-        ],
-        refusals=[
-            RefusalGroup("aten.mean.dim", "rank 3", 1, "m.py", 4, library, ["mean"], ["l.0"])
-        ],
-        modules=[ModuleCoverage("", "Net", 10, 7)],
-        partitions_if_fixed=[1],
-        planned_memory_bytes=192,
-        constant_bytes=512,
-        graph=MethodGraph(
-            [GraphNode("aten.linear.default", 0), GraphNode("aten.mean.dim", CPU, "mean")],
-            [(0, 1)],
-            total_nodes=2,
-        ),
-    )
-
-
-def built() -> TargetResult:
-    return TargetResult(
-        name="net",
-        status="ok",
-        seconds=1.25,
-        output="/p/build/net.pte",
-        sha256="ab" * 32,
-        cache=CacheSummary(1, 1, 1),
-        methods={"forward": method_report()},
-        entry=SourceSite("models/net.py", 20),
-        modules={"forward": SourceSite("models/net.py", 5, "Net")},
-        reused=None,
-        memo={"qparams": {"hits": 2, "misses": 0}},
-        sizes=ProgramSizes(4256, 512, 1440, 576),
-    )
-
-
 def through_json(raw: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = json.loads(json.dumps(raw))
     return result
@@ -130,42 +78,41 @@ def through_json(raw: dict[str, Any]) -> dict[str, Any]:
 
 def test_each_contract_reads_back_what_it_writes() -> None:
     result = built()
-    assert TargetResult.from_json(through_json(result.to_json())) == result
+    assert decode(TargetResult, through_json(encode(result))) == result
     failed = TargetResult.failed("net", "worker-crash", "killed", "models/net.py", 20)
-    assert TargetResult.from_json(through_json(failed.to_json())) == failed
+    assert decode(TargetResult, through_json(encode(failed))) == failed
     report = method_report()
-    assert MethodReport.from_json(through_json(report.to_json())) == report
+    assert decode(MethodReport, through_json(encode(report))) == report
     error = ErrorInfo("export-error", "torch.export failed", "m.py", 3)
-    assert ErrorInfo.from_json(error.to_json()) == error
-    assert CacheSummary.from_json(CacheSummary(3, 2, 1).to_json()) == CacheSummary(3, 2, 1)
+    assert decode(ErrorInfo, encode(error)) == error
+    assert decode(CacheSummary, encode(CacheSummary(3, 2, 1))) == CacheSummary(3, 2, 1)
 
 
 def test_a_record_of_an_older_lowerd_reads_with_no_sizes_and_no_graph() -> None:
-    raw = through_json(built().to_json())
+    raw = through_json(encode(built()))
     del raw["sizes"]
     for method in raw["methods"].values():
         for key in ("planned_memory_bytes", "constant_bytes", "graph"):
             del method[key]
         for partition in method["partitions"]:
             del partition["blob_bytes"], partition["data_bytes"]
-    old = TargetResult.from_json(raw)
+    old = decode(TargetResult, raw)
     assert old.sizes is None
     forward = old.methods["forward"]
     assert (forward.planned_memory_bytes, forward.constant_bytes, forward.graph) == (None,) * 3
     assert forward.partitions[0].blob_bytes is None and forward.partitions[0].data_bytes is None
-    assert old.to_json()["sizes"] is None
+    assert encode(old)["sizes"] is None
 
 
 def test_a_lowerd_errors_json_is_the_error_info() -> None:
     error = ExportError("torch.export of 'forward' failed", "models/net.py", 12)
-    assert error.to_json() == error.info().to_json()
-    assert ErrorInfo.from_json(error.to_json()) == ErrorInfo(
+    assert decode(ErrorInfo, encode(error.info())) == ErrorInfo(
         "export-error", "torch.export of 'forward' failed", "models/net.py", 12
     )
 
 
 def test_a_method_reports_computed_fields() -> None:
-    raw = method_report().to_json()
+    raw = encode(method_report())
     assert raw["coverage_percent"] == 70
     assert raw["summary"] == (
         "7 of 10 ops delegated (5 on XNNPACK in 1 partition, 2 on Vulkan in 1 partition; 70 %)"
@@ -173,20 +120,20 @@ def test_a_method_reports_computed_fields() -> None:
     assert raw["fixes_hint"] == "1 fix would make this 1 partition"
     # A report stored before they existed reads with them filled in.
     old = {k: v for k, v in raw.items() if k not in ("coverage_percent", "summary", "fixes_hint")}
-    assert MethodReport.from_json(old).to_json() == raw
+    assert encode(decode(MethodReport, old)) == raw
 
 
 def test_each_module_row_carries_its_percent() -> None:
     report = method_report()
     report.modules = [ModuleCoverage("", "Net", 271, 270), ModuleCoverage("fc", "Linear", 4, 4)]
-    raw = through_json(report.to_json())
+    raw = through_json(encode(report))
     # One rounding rule (coverage_percent): 270 of 271 is 99, never 100 unless every op is.
     assert [row["percent"] for row in raw["modules"]] == [99, 100]
-    assert MethodReport.from_json(raw) == report
+    assert decode(MethodReport, raw) == report
     # A row stored before it carried a percent reads with it filled in.
     for row in raw["modules"]:
         del row["percent"]
-    assert MethodReport.from_json(raw).to_json()["modules"][0]["percent"] == 99
+    assert encode(decode(MethodReport, raw))["modules"][0]["percent"] == 99
 
 
 def test_the_target_coverage_is_over_every_method_most_ops_first() -> None:
@@ -196,7 +143,7 @@ def test_the_target_coverage_is_over_every_method_most_ops_first() -> None:
     second.ops, second.ops_delegated = 10, 9
     result.methods["encode"] = second
     # 16 of 20 ops; Vulkan took 11, XNNPACK 5.
-    assert result.to_json()["coverage"] == {"percent": 80, "backends": ["Vulkan", "XNNPACK"]}
+    assert encode(result)["coverage"] == {"percent": 80, "backends": ["Vulkan", "XNNPACK"]}
     almost = method_report()
     almost.ops, almost.ops_delegated = 271, 270
     assert TargetResult("n", "ok", methods={"f": almost}).coverage.percent == 99
@@ -206,8 +153,8 @@ def test_the_target_coverage_is_over_every_method_most_ops_first() -> None:
 
 
 def test_failed_up_to_date_and_partitioned_results_have_every_key_of_the_document() -> None:
-    assert set(built().to_json()) == DOCUMENT_KEYS
-    failed = TargetResult.failed("net", "worker-timeout", "too slow").to_json()
+    assert set(encode(built())) == DOCUMENT_KEYS
+    failed = encode(TargetResult.failed("net", "worker-timeout", "too slow"))
     assert set(failed) == DOCUMENT_KEYS
     assert failed["error"] == {
         "kind": "worker-timeout",
@@ -218,8 +165,8 @@ def test_failed_up_to_date_and_partitioned_results_have_every_key_of_the_documen
     assert failed["coverage"] == {"percent": 0, "backends": []}
     assert failed["cache"] == {"hits": 0, "misses": 0, "rebased": 0}
 
-    recorded = built().to_json()
-    up_to_date = TargetResult.up_to_date("net", recorded, seconds=0.002).to_json()
+    recorded = encode(built())
+    up_to_date = encode(built().up_to_date("net", seconds=0.002))
     assert set(up_to_date) == DOCUMENT_KEYS
     assert up_to_date["reused"] == "up-to-date" and up_to_date["seconds"] == 0.002
     assert up_to_date["cache"] == {"hits": 0, "misses": 0, "rebased": 0}
@@ -227,7 +174,7 @@ def test_failed_up_to_date_and_partitioned_results_have_every_key_of_the_documen
 
     provisional = method_report()
     provisional.final, provisional.provisional = False, True
-    shown = TargetResult.partitioned("net", "encode", provisional, built()).to_json()
+    shown = encode(TargetResult.partitioned("net", "encode", provisional, built()))
     assert set(shown) == DOCUMENT_KEYS
     assert set(shown["methods"]) == {"forward", "encode"}
     assert shown["entry"] == {"file": "models/net.py", "line": 20}
@@ -237,13 +184,13 @@ def test_failed_up_to_date_and_partitioned_results_have_every_key_of_the_documen
         "net", "encode", provisional, TargetResult.failed("net", "export-error", "broke")
     )
     assert list(after_failure.methods) == ["encode"] and after_failure.status == "ok"
-    assert set(TargetResult.partitioned("net", "f", provisional, None).to_json()) == DOCUMENT_KEYS
+    assert set(encode(TargetResult.partitioned("net", "f", provisional, None))) == DOCUMENT_KEYS
 
 
 def test_an_out_of_memory_result_keeps_its_shape() -> None:
     failed = TargetResult.failed("net", "export-error", "MemoryError", "m.py", 3)
     instead = failed.with_error(ErrorInfo("worker-crash", "ran out of memory"))
-    assert set(instead.to_json()) == DOCUMENT_KEYS
+    assert set(encode(instead)) == DOCUMENT_KEYS
     assert instead.error == ErrorInfo("worker-crash", "ran out of memory")
 
 
@@ -270,7 +217,7 @@ def test_parse_request_makes_the_typed_request_of_each_op() -> None:
 
 
 def test_each_reply_frame_reads_back() -> None:
-    document = {"config": "/p/pyproject.toml", "targets": [built().to_json()], "warnings": []}
+    document = {"config": "/p/pyproject.toml", "targets": [encode(built())], "warnings": []}
     replies = [
         ProgressFrame("net", "preprocess", "3/42"),
         FinalFrame(through_json(document), "target_failed"),

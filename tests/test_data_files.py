@@ -16,6 +16,7 @@ from lowerd.project.build_state import load_state, up_to_date_report, why_out_of
 from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.errors import ConfigError
 from lowerd.project.result import DataFile, TargetResult
+from lowerd.project.wire import encode
 
 from helpers import write_pyproject
 from stock import PROJECTS, call_entry, forget_project_modules, importable_copy, stock_pte
@@ -66,7 +67,7 @@ def test_etrecord_is_written_beside_an_unchanged_pte_and_parses(root: Path, tmp_
     assert parsed.edge_dialect_program is not None
     assert set(parsed._debug_handle_map or {}) == {"forward"}
     # Listed in the JSON document, and by an up-to-date answer.
-    assert result.to_json()["data_files"] == [
+    assert encode(result)["data_files"] == [
         {"path": str(etrecord), "sha256": digest(etrecord), "kind": "etrecord"}
     ]
     answered = up_to_date_report(config, target)

@@ -14,6 +14,7 @@ from lowerd.project.build_state import load_state, target_inputs_digest
 from lowerd.project.config import load_config
 from lowerd.project.errors import ConfigError
 from lowerd.project.located import Located
+from lowerd.project.wire import encode
 
 from helpers import load_error
 from stock import PROJECTS, call_entry, importable_copy, sha256
@@ -142,7 +143,7 @@ def test_declared_quantization_equals_the_documented_script(project: Path, tmp_p
     assert static.ok, static.error
     assert ("quantize", "forward") in stages
     assert stages.index(("quantize", "forward")) < stages.index(("export", "forward"))
-    assert static.quantize == "xnnpack-int8" and static.to_json()["quantize"] == "xnnpack-int8"
+    assert static.quantize == "xnnpack-int8" and encode(static)["quantize"] == "xnnpack-int8"
     assert static.coverage.percent == 100
     assert static.memo["qparams"]["misses"] > 0  # convert_pt2e's searches ran under the memo
     assert static.sha256 == sha256(documented_script(project, calibrated=True, is_dynamic=False))

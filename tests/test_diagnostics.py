@@ -1,8 +1,8 @@
 """The daemon's pure parts: a build's TargetResult -> what an editor shows (diagnostics, entry
 sites), and the editor's settings.
 
-The results are written in TargetResult.to_json()'s shape (files relative to the project root)
-and read through TargetResult.from_json, as the editor gets them from a worker, over a small
+The results are written in TargetResult's wire shape (files relative to the project root)
+and read through project/wire.py's decode, as the editor gets them from a worker, over a small
 project in tmp_path whose lines are found by their LINE-MARK comments.
 """
 
@@ -33,6 +33,7 @@ from lowerd.project.config import load_config
 from lowerd.project.module_paths import collapse_module_paths
 from lowerd.project.report_model import MethodReport, coverage_of
 from lowerd.project.result import ErrorInfo, TargetResult
+from lowerd.project.wire import decode, encode
 from lowerd.worker.entry_site import Site, entry_site
 
 MODEL = """\
@@ -111,7 +112,7 @@ def report(root: Path, **overrides: Any) -> dict[str, Any]:
         ],
         "final": True,
     }
-    return MethodReport.from_json({**base, **overrides}).to_json()
+    return encode(decode(MethodReport, {**base, **overrides}))
 
 
 def partition(line: int, cache: str | None) -> dict[str, Any]:
@@ -127,7 +128,8 @@ def refused(op: str, line: int | None, reason: str) -> dict[str, Any]:
 def ok_result(root: Path, **methods: dict[str, Any]) -> TargetResult:
     """The refused target's result with these methods' report JSON (one forward by default)."""
     entry, module = mark(root, "entry"), mark(root, "module")
-    return TargetResult.from_json(
+    return decode(
+        TargetResult,
         {
             "name": "refused",
             "status": "ok",
@@ -135,7 +137,7 @@ def ok_result(root: Path, **methods: dict[str, Any]) -> TargetResult:
             "error": None,
             "entry": {"file": "models/refused.py", "line": entry.line},
             "modules": {"forward": {"file": "models/refused.py", "line": module.line, "name": "R"}},
-        }
+        },
     )
 
 
@@ -182,7 +184,7 @@ def test_the_cli_and_the_editor_say_the_same_percent(root: Path) -> None:
     )
     assert method["coverage_percent"] == 99
     assert method["summary"] == "270 of 271 ops on XNNPACK in 2 partitions (99 %)"
-    read = MethodReport.from_json(method)
+    read = decode(MethodReport, method)
     assert coverage_summary("forward", read) == f"forward: {method['summary']}"
     assert coverage_text(method) == method["summary"]
     assert lens_title(ok_result(root, forward=method), building=False).startswith(
@@ -470,7 +472,7 @@ def test_the_hover_shows_the_library_line_and_the_module_paths(root: Path, libra
     ) in hover
     assert hover.index("aten.add.Scalar") < hover.index("aten.mean.dim")  # the report's rank
     # A module class the function does not name yet is said after the paths.
-    other = results["refused"].to_json()["methods"]["forward"]
+    other = encode(results["refused"])["methods"]["forward"]
     other["not_delegated"] = [
         {**op, "library": {**op["library"], "function": "rms_norm"}}
         for op in other["not_delegated"]
@@ -693,7 +695,7 @@ def test_a_remote_cache_that_was_down_is_information_at_cache_url(tmp_path: Path
         url="redis://cache:6379/0",
     )
     results = [
-        TargetResult(name, "ok", 1.0, cache=CacheSummary(misses=1, remote=down))
+        TargetResult(name, "ok", 1.0, cache=CacheSummary(misses=1).with_remote(down))
         for name in ("a", "b")
     ]
     [diagnostic] = remote_cache_diagnostics(results, config, 2)[config]
@@ -704,5 +706,5 @@ def test_a_remote_cache_that_was_down_is_information_at_cache_url(tmp_path: Path
         " to cache:6379. Connection refused.); built with the local cache"
     )
     well = RemoteReport("ok", RemoteCounts(hits=1), url="redis://cache:6379/0")
-    healed = [TargetResult("a", "ok", 1.0, cache=CacheSummary(hits=1, remote=well))]
+    healed = [TargetResult("a", "ok", 1.0, cache=CacheSummary(hits=1).with_remote(well))]
     assert remote_cache_diagnostics(healed, config, 2) == {}

@@ -13,6 +13,7 @@ from lowerd.cli.report_table import format_report
 from lowerd.lowering.build import build_target
 from lowerd.project.config import load_config
 from lowerd.project.report_model import MethodReport
+from lowerd.project.wire import decode, encode
 
 from helpers import PROJECTS, line_marks
 from stock import importable_copy
@@ -33,12 +34,12 @@ def document(project: Path) -> dict:
     config = load_config(project / "pyproject.toml")
     result = build_target(config, config.targets["llama"], None)
     assert result.status == "ok", result.error
-    return {"targets": [result.to_json()]}
+    return {"targets": [encode(result)]}
 
 
 @pytest.fixture(scope="module")
 def report(document: dict) -> MethodReport:
-    return MethodReport.from_json(document["targets"][0]["methods"]["forward"])
+    return decode(MethodReport, document["targets"][0]["methods"]["forward"])
 
 
 def test_rmsnorm_mean_ranks_first_at_its_library_line(report: MethodReport, project: Path) -> None:

@@ -19,6 +19,7 @@ from lowerd.project.build_state import load_state, why_out_of_date
 from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.located import Located
 from lowerd.project.result import TargetResult
+from lowerd.project.wire import decode, encode
 
 from helpers import assert_config_error, write_pyproject
 from stock import PROJECTS, call_entry, forget_project_modules, importable_copy, sha256
@@ -285,9 +286,9 @@ def test_configs_equal_stock_and_a_change_rebuilds(refused: Path, tmp_path: Path
         "constant_methods": {"vocab_size": 32, "label": "tiny"},
     }
     assert result.options == options
-    assert TargetResult.from_json(result.to_json()).options == options
+    assert decode(TargetResult, encode(result)).options == options
     state = load_state(config, target)
-    assert state is not None and state.report["options"] == options
+    assert state is not None and state.report.options == options
     # The passes' file is an input read by the build.
     assert str((refused / "passes.py").resolve()) in {s.path for s in state.sources}
     assert why_out_of_date(config, target, state) is None

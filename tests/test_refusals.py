@@ -22,6 +22,7 @@ from lowerd.project.config import load_config
 from lowerd.project.module_paths import collapse_module_paths
 from lowerd.project.report_model import MethodReport, coverage_percent
 from lowerd.project.result import TargetResult
+from lowerd.project.wire import decode, encode
 
 from helpers import PROJECTS, line_marks, lowerd
 from stock import importable_copy
@@ -157,8 +158,8 @@ def test_the_partitioned_report_has_the_same_analysis(built: dict) -> None:
 
 def test_json_round_trip_and_moved_lines(built: dict, project: Path) -> None:
     report = report_of(built, "layers")
-    stored = json.loads(json.dumps(report.to_json()))
-    assert MethodReport.from_json(stored) == report
+    stored = json.loads(json.dumps(encode(report)))
+    assert decode(MethodReport, stored) == report
 
     # A report stored before these fields existed still loads.
     for key in ("refusals", "modules", "partitions_if_fixed"):
@@ -166,11 +167,11 @@ def test_json_round_trip_and_moved_lines(built: dict, project: Path) -> None:
     for op in stored["not_delegated"]:
         for key in ("library", "module_path", "module_class", "elements"):
             del op[key]
-    old = MethodReport.from_json(stored)
+    old = decode(MethodReport, stored)
     assert old.refusals == [] and old.not_delegated[0].library is None
 
     file, line = line_marks(project)["layers.call"]
-    moved = MethodReport.from_json(report.to_json()).with_lines_moved({(file, line): (file, 40)})
+    moved = decode(MethodReport, encode(report)).with_lines_moved({(file, line): (file, 40)})
     assert (moved.refusals[0].file, moved.refusals[0].line) == (file, 40)
     assert moved.refusals[0].library == report.refusals[0].library  # a library line stays
 
@@ -178,7 +179,7 @@ def test_json_round_trip_and_moved_lines(built: dict, project: Path) -> None:
 def test_table_views(built: dict, project: Path) -> None:
     marks = line_marks(project)
     mean, call = ":".join(map(str, marks["lib.mean"])), ":".join(map(str, marks["layers.call"]))
-    document = {"targets": [built["layers"][0].to_json()]}
+    document = {"targets": [encode(built["layers"][0])]}
     grouped = format_report(document, 1.0)
     assert "fix first (this one would leave 1 of 4 partitions):" in grouped
     assert (
@@ -283,7 +284,7 @@ def test_a_real_builds_document_carries_the_coverage_every_view_shows(built: dic
     """The sentence, percent and fixes hint are the report's (report_model.coverage_of), in the
     document the CLI, the server and the editors read; the target says its coverage too."""
     result = built["layers"][0]
-    document = result.to_json()
+    document = encode(result)
     method = document["methods"]["forward"]
     report = report_of(built, "layers")
     percent = coverage_percent(report.ops_delegated, report.ops)
@@ -295,7 +296,7 @@ def test_a_real_builds_document_carries_the_coverage_every_view_shows(built: dic
     assert document["coverage"] == {"percent": percent, "backends": ["XNNPACK"]}
     # Shown, not recomputed: the CLI's line and the editor's lens say the report's words.
     assert f"  forward: {method['summary']}\n" in format_report({"targets": [document]}, 1.0)
-    lens = lens_title(TargetResult.from_json(document), building=False)
+    lens = lens_title(decode(TargetResult, document), building=False)
     assert lens == f"lowerd: forward: {method['summary']}; {method['fixes_hint']}"
     # Through JSON and back (the build record, the worker pipe): the same result.
-    assert TargetResult.from_json(json.loads(json.dumps(document))).to_json() == document
+    assert encode(decode(TargetResult, json.loads(json.dumps(document)))) == document

@@ -21,6 +21,7 @@ from lowerd.lowering.build import build_target
 from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.project_store import store_for
 from lowerd.project.result import TargetResult
+from lowerd.project.wire import encode
 
 from helpers import PROJECTS, lowerd
 from stock import forget_project_modules, importable_copy, stock_pte
@@ -286,6 +287,6 @@ def test_a_password_in_the_url_is_used_and_never_shown(
         assert refused.status == "ok"
         remote = refused.cache.remote
         assert remote is not None and remote.status.startswith("unavailable: AuthenticationError")
-        document = json.dumps(refused.to_json())
+        document = json.dumps(encode(refused))
         assert "not-it" not in document and "s3cret-pw" not in document
         assert shown in remote.warnings()[0]

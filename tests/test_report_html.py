@@ -65,7 +65,7 @@ def test_the_page_has_partitions_sizes_cpu_lines_and_a_node_per_op(
     config = load_config(project / "pyproject.toml")
     state = load_state(config, config.targets["refused"])
     assert state is not None
-    result = TargetResult.from_json(state.report)
+    result = state.report
     forward = result.methods["forward"]
     assert forward.graph is not None and result.sizes is not None
     # The partition table: a row per partition with its blob and weight sizes and cache outcome.

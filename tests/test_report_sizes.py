@@ -19,6 +19,7 @@ from lowerd.lowering.build import build_target
 from lowerd.project.build_state import up_to_date_report
 from lowerd.project.config import load_config
 from lowerd.project.result import TargetResult
+from lowerd.project.wire import encode
 
 from helpers import PROJECTS
 from stock import call_entry, importable_copy
@@ -123,7 +124,7 @@ def test_sizes_are_kept_by_a_reused_build_and_shown(
         assert result.methods["forward"].planned_memory_bytes == (
             first.methods["forward"].planned_memory_bytes
         )
-    document = {"targets": [r.to_json() for r in built.values()]}
+    document = {"targets": [encode(r) for r in built.values()]}
     text = format_report(document, 1.0)
     assert ".pte 4.2 KiB (constants 0 B, delegate blobs 1.4 KiB, delegate weights 576 B); " in text
     assert "forward: planned memory 192 B" in text

@@ -112,7 +112,7 @@ class Setup:
             inputs_digest=target_inputs_digest(self.config, target),
             sources=stamp_files(self.path(s) for s in sources),
             output=FileStamp.of(output),
-            report={"name": name, "status": "ok", "error": None},
+            report=TargetResult(name, "ok"),
         )
         save_state(self.config, target, state)
 

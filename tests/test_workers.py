@@ -16,6 +16,7 @@ import msgpack
 import pytest
 import pytest_asyncio
 
+from lowerd.project.wire import encode
 from lowerd.worker.libraries import library_roots
 from lowerd.worker.protocol import (
     ExitedMessage,
@@ -58,7 +59,7 @@ async def build(pool: WorkerPool, root: Path, target: str, **limits) -> tuple[di
     events: list[dict] = []
     request = BuildRequest(str(root / "pyproject.toml"), target, **limits)
     handle = pool.submit(request, lambda event: events.append(event.to_frame()))
-    return (await handle.result()).to_json(), events
+    return encode(await handle.result()), events
 
 
 async def test_a_build_streams_progress_and_partitions_then_its_result(

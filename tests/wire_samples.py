@@ -40,6 +40,7 @@ from lowerd.project.report_model import (
     RefusalGroup,
 )
 from lowerd.project.result import (
+    CacheCounts,
     CacheSummary,
     DataFile,
     ErrorInfo,
@@ -142,10 +143,10 @@ def built() -> TargetResult:
     return TargetResult(
         name="net",
         status="ok",
-        seconds=1.23456,
+        seconds=1.235,
         output="/p/build/net.pte",
         sha256="ab" * 32,
-        cache=CacheSummary(1, 2, 1, remote_report()),
+        cache=CacheSummary(1, 2, 1).with_remote(remote_report()),
         methods={"forward": method_report(), "encode": partitioned_report()},
         entry=SourceSite("models/net.py", 20),
         modules={"forward": SourceSite("models/net.py", 5, "Net"), "encode": SourceSite("e.py")},
@@ -177,7 +178,7 @@ def reused() -> TargetResult:
         output="/p/build/net.pte",
         sha256="ab" * 32,
         reused="up-to-date",
-        cache=CacheSummary(0, 0, 0, remote_report("unavailable: TimeoutError: timed out")),
+        cache=CacheSummary().with_remote(remote_report("unavailable: TimeoutError: timed out")),
     )
 
 
@@ -197,7 +198,7 @@ def compared() -> CompareResult:
         (NotDelegatedGroup("aten.cumsum.default", 1, "no operator implementation"),),
         4256,
         0.0031,
-        CacheSummary(),
+        CacheCounts(),
         "up-to-date",
         "/p/build/.lowerd/compare/vulkan/net.pte",
     )
@@ -315,7 +316,7 @@ def target_state() -> TargetState:
         rebuild=rebuild_record(),
         method_digests={"forward": "f" * 64},
         method_lines={"forward": [["models/net.py", 16], None, ["models/net.py", 17]]},
-        report=built().to_json(),
+        report=built(),
         data_files=[FileStamp("/p/build/net.ptd", 1024, 1_700_000_001_000_000_000, "cd" * 32)],
         peak_rss=2**31,
     )

@@ -17,6 +17,7 @@ from lowerd.project.batch import Outcome
 from lowerd.project.compare import CompareBatch
 from lowerd.project.compare_result import CompareResult
 from lowerd.project.config import choose_config
+from lowerd.project.wire import decode, encode
 
 
 def run_compare(
@@ -88,7 +89,7 @@ def _via_daemon(batch: CompareBatch, start: bool) -> tuple[CompareResult, Outcom
     if final.document is None:
         print(f"lowerd: {final.message}", file=sys.stderr)
         return exit_code(final.outcome)
-    return CompareResult.from_json(final.document), final.outcome
+    return decode(CompareResult, final.document), final.outcome
 
 
 def _show(compared: CompareResult, outcome: Outcome, as_json: bool, seconds: float) -> int:
@@ -97,7 +98,7 @@ def _show(compared: CompareResult, outcome: Outcome, as_json: bool, seconds: flo
     for warning in compared.warnings:  # on stderr: --json's stdout stays one document
         sys.stderr.write(f"lowerd: {warning}\n")
     if as_json:
-        json.dump(compared.to_json(), sys.stdout, indent=2)
+        json.dump(encode(compared), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(format_compare(compared, seconds))

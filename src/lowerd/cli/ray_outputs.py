@@ -37,6 +37,7 @@ from lowerd.project.build_state import (
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.rebuild_record import RebuildRecord, record_rebuild
 from lowerd.project.result import TargetResult
+from lowerd.project.wire import decode, decode_as
 
 # As lowering/build.py's: file systems stamp mtimes with a coarse clock, a few ms behind
 # time.time_ns(), so a file saved just after the build started can carry an mtime before it.
@@ -78,7 +79,7 @@ def take_payload(
 ) -> TargetResult:
     """The target's result; on success its outputs written here and its record saved."""
     paths = PathMap(payload, config)
-    result = TargetResult.from_json(paths.value(payload["result"]))
+    result = decode(TargetResult, paths.value(payload["result"]))
     if not result.ok:
         return result  # Batch.outcome() removes its old outputs, as a local build's
     files: dict[str, bytes] = payload["files"]
@@ -155,7 +156,7 @@ def _local_state(
         if stamp is None or stamp.mtime_ns >= started_ns - MTIME_GRANULARITY_NS:
             return None
         sources.append(stamp)
-    result = TargetResult.from_json(record["report"])
+    result = decode(TargetResult, record["report"])
     # The task refused to build with other tool versions or another config: this machine's
     # inputs are the ones its build stands for (the task's, but for the copy's root).
     inputs = target_inputs(config, target)
@@ -168,11 +169,11 @@ def _local_state(
         output=FileStamp.of(Path(result.output or ""), result.sha256),
         method_digests=record["method_digests"],
         method_lines=record["method_lines"],
-        report=record["report"],
+        report=result,
         data_files=[FileStamp.of(Path(f.path), f.sha256) for f in result.data_files],
         peak_rss=record.get("peak_rss"),
     )
-    task = RebuildRecord.from_json(record.get("rebuild"))
+    task = decode_as(RebuildRecord | None, record.get("rebuild"))
     if task is not None:  # its partitions as the node lowered them, compared with none
         state.rebuild = record_rebuild(config.root, earlier, state, why, task.partitions)
     return state

@@ -73,6 +73,7 @@ def _build(
     from lowerd.project.errors import ConfigError
     from lowerd.project.project_store import store_for
     from lowerd.project.result import TargetResult
+    from lowerd.project.wire import encode
 
     try:
         config = load_config(root / config_name)
@@ -94,7 +95,7 @@ def _build(
         for path in (Path(result.output or ""), *(Path(f.path) for f in result.data_files)):
             files[path.name] = path.read_bytes()
     state = load_state(config, target)
-    record = dataclasses.asdict(state) if state is not None else None
+    record = encode(state) if state is not None else None
     state_path(config, target).unlink(missing_ok=True)
     return _payload(root, out_dir, result, files, record, document["warnings"])
 
@@ -108,13 +109,14 @@ def _payload(
     warnings: list[str] | None = None,
 ) -> dict[str, Any]:
     from lowerd.project.build_state import tool_versions
+    from lowerd.project.wire import encode
 
     return {
         "version": PAYLOAD_VERSION,
         "root": str(root),
         "out_dir": str(out_dir),
         "versions": list(tool_versions()),
-        "result": result.to_json(),
+        "result": encode(result),
         "files": files or {},
         "record": record,
         "stderr": "",

@@ -26,7 +26,7 @@ from lowerd.project.config import (
     select_targets,
 )
 from lowerd.project.report_page import TargetPage, render_page
-from lowerd.project.result import TargetResult
+from lowerd.project.wire import encode
 
 
 def run_report(
@@ -54,7 +54,7 @@ def run_report(
         results = [page.result for page in pages if page.result is not None]
         document = {
             "config": str(config.path),
-            "targets": [result.to_json() for result in results],
+            "targets": [encode(result) for result in results],
             "warnings": [f"{page.name}: out of date: {page.stale}" for page in pages if page.stale],
         }
         print_outcome(document, as_json, time.perf_counter() - started, view)
@@ -69,5 +69,4 @@ def target_page(config: ProjectConfig, name: str) -> TargetPage:
     recorded = time.strftime(
         "%Y-%m-%d %H:%M:%S", time.localtime(state_path(config, target).stat().st_mtime)
     )
-    result = TargetResult.from_json(state.report)
-    return TargetPage(name, result, why_out_of_date(config, target, state), recorded)
+    return TargetPage(name, state.report, why_out_of_date(config, target, state), recorded)

@@ -20,6 +20,7 @@ from lowerd.project.compare_result import CompareResult
 from lowerd.project.config import ProjectConfig
 from lowerd.project.errors import LowerdError
 from lowerd.project.result import TargetResult
+from lowerd.project.wire import encode
 from lowerd.worker.protocol import ProgressEvent, WorkerEvent
 from lowerd.worker.workers import BuildRequest, WorkerPool
 
@@ -109,7 +110,8 @@ async def compare_answer(
         )
     except LowerdError as error:
         return {**failed, "config": str(config.path), "error": str(error)}
-    return compared.to_json()
+    answer: dict[str, Any] = encode(compared)
+    return answer
 
 
 def _backends_argument(raw: Any) -> str | list[str] | None:

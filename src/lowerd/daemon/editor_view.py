@@ -53,6 +53,7 @@ from lowerd.project.report_model import MethodReport
 from lowerd.project.report_page import TargetPage, render_page
 from lowerd.project.reproducer import stock_script
 from lowerd.project.result import ErrorInfo, TargetResult
+from lowerd.project.wire import encode
 from lowerd.worker.entry_site import Site, entry_site
 
 BUILD = "lowerd.build"
@@ -361,7 +362,7 @@ def build_finished_params(
 
 
 def _json(value: TargetResult | ErrorInfo | None) -> dict[str, Any] | None:
-    return value.to_json() if value is not None else None
+    return encode(value) if value is not None else None
 
 
 def _lens(where: types.Range, title: str, command: str, target: str) -> types.CodeLens:

@@ -63,6 +63,7 @@ from lowerd.daemon.runtime import (
 from lowerd.project.batch import Outcome
 from lowerd.project.config import ProjectConfig
 from lowerd.project.errors import ConfigError, LowerdError
+from lowerd.project.wire import encode
 from lowerd.worker.frames import FrameError, encode_frame, read_frame_async
 
 log = logging.getLogger(__name__)
@@ -266,7 +267,7 @@ class RpcServer:
                 request.use_cache,
                 _sender(writer),
             )
-            return compared.to_json(), outcome
+            return encode(compared), outcome
 
         await _answer_while_connected(compare(), reader, writer)
 

@@ -12,6 +12,7 @@ backend with backend_api.to_backend(backend_id, program, compile_specs), as Exec
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import re
@@ -112,7 +113,7 @@ def _with_remote_report(result: TargetResult, store: BlobStore | None) -> Target
     report = store.finish_remote() if isinstance(store, TieredStore) else None
     if report is None:
         return result
-    return replace(result, cache=replace(result.cache, remote=report))
+    return replace(result, cache=result.cache.with_remote(report))
 
 
 class _TargetBuilder:
@@ -207,7 +208,7 @@ class _TargetBuilder:
     ) -> TargetResult:
         """The last build's .pte and report, its source lines moved to where the code is now."""
         methods = _previous_reports(previous, program)
-        recorded = TargetResult.from_json(previous.report)
+        recorded = previous.report
         self.partitions = kept_partitions(
             methods, previous.rebuild.partitions if previous.rebuild else []
         )
@@ -313,7 +314,7 @@ class _TargetBuilder:
             data_files=[FileStamp.of(Path(f.path), f.sha256) for f in result.data_files],
             method_digests=program.digests if program else {},
             method_lines=program.lines if program else {},
-            report=result.to_json(),
+            report=result,
         )
         state.rebuild = record_rebuild(
             self.config.root, earlier, state, self.why_lowered, self.partitions
@@ -664,10 +665,10 @@ def _previous_reports(
     """The last build's method reports, for the methods the program still has, their source lines
     moved to where the code is now."""
     methods = {}
-    for name, report in previous.report["methods"].items():
+    for name, report in previous.report.methods.items():
         if name in program.lines:
             moves = moved_lines(previous.method_lines.get(name, []), program.lines[name])
-            methods[name] = MethodReport.from_json(report).with_lines_moved(moves)
+            methods[name] = copy.deepcopy(report).with_lines_moved(moves)
     return methods
 
 

@@ -19,6 +19,7 @@ from lowerd.project.build_state import discard_failed_output, up_to_date_report
 from lowerd.project.config import ProjectConfig, TargetConfig, load_config, select_targets
 from lowerd.project.project_store import store_for
 from lowerd.project.result import TargetResult, remote_warnings
+from lowerd.project.wire import encode
 
 # How a build ended: every target built; a target failed (the others still build); a usage or
 # config error stopped it. cli/exit_codes.py maps each to the process's exit code.
@@ -62,7 +63,7 @@ class Batch:
             discard_failed_output(self.config, result)
         document = {
             "config": str(self.config.path),
-            "targets": [result.to_json() for result in results],
+            "targets": [encode(result) for result in results],
             "warnings": cache_warnings(self.config, self.use_cache, results),
         }
         failed = any(not result.ok for result in results)

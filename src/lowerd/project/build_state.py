@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -25,8 +25,14 @@ from lowerd.project.backends import backend_by_details_class
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.rebuild_record import INPUTS_CHANGED, RebuildRecord
 from lowerd.project.result import TargetResult
+from lowerd.project.wire import WireError, decode, encode
 
-STATE_VERSION = 1
+# The build record's format. Bump it when a record this lowerd writes would be misread by the
+# last version's reader, or one that reader wrote by this one (a field renamed, removed or given
+# another meaning), and say in read_record how the previous version reads: migrated, or None
+# (rebuilt). A field added with a default needs no bump: an older record reads with the default.
+# 2: checked whole by project/wire.py (a record of version 1 was read leniently).
+STATE_VERSION = 2
 STATE_DIR = ".lowerd"
 # The tag ExecuTorch's external_constants_pass gives every constant it moves out of the .pte.
 DEFAULT_EXTERNAL_TAG = "_default_external_constant"
@@ -76,7 +82,7 @@ class TargetState:
     # report's lines after an edit that moves code without changing the program ([file, line], or
     # None for a node without one: lowering/program_fingerprint.py).
     method_lines: dict[str, list[list[Any] | None]] = field(default_factory=dict)
-    report: dict[str, Any] = field(default_factory=dict)
+    report: TargetResult = field(kw_only=True)  # the build's result
     # The .ptd and .etrecord files written beside the output (TargetResult.data_files).
     data_files: list[FileStamp] = field(default_factory=list)
     # Bytes of RSS the build's worker peaked at: what its next build will need (a Ray task's
@@ -89,36 +95,45 @@ def state_path(config: ProjectConfig, target: TargetConfig) -> Path:
 
 
 def load_state(config: ProjectConfig, target: TargetConfig) -> TargetState | None:
-    """The recorded state, or None when there is none or it cannot be trusted."""
+    """The recorded state, or None when there is none or it cannot be trusted: damaged, of a
+    lowerd that wrote another version of it, or not the shape its version says."""
     try:
         raw = msgpack.unpackb(state_path(config, target).read_bytes(), raw=False)
-        if raw.get("version") != STATE_VERSION:
-            return None
-        state = raw["state"]
-        return TargetState(
-            target=state["target"],
-            inputs_digest=state["inputs_digest"],
-            sources=[FileStamp(**s) for s in state["sources"]],
-            output=FileStamp(**state["output"]),
-            # Absent from an older lowerd's records, which load as before without them.
-            inputs=state.get("inputs", {}),
-            source_lines=state.get("source_lines", {}),
-            rebuild=RebuildRecord.from_json(state.get("rebuild")),
-            method_digests=state["method_digests"],
-            method_lines=state["method_lines"],
-            report=state["report"],
-            data_files=[FileStamp(**s) for s in state.get("data_files", [])],
-            peak_rss=state.get("peak_rss"),
-        )
-    except (OSError, ValueError, KeyError, TypeError, msgpack.UnpackException):
+    except (OSError, ValueError, msgpack.UnpackException):
         return None
+    return read_record(raw)
+
+
+def read_record(raw: Any) -> TargetState | None:
+    """A record as msgpack gave it back: this version's read whole; the previous one's read as
+    its own reader did (migrated_v1); None for any other (a newer lowerd's) and for one not of
+    its version's shape: the target rebuilds, and nothing is misread."""
+    if not isinstance(raw, dict) or raw.get("version") not in (1, STATE_VERSION):
+        return None
+    state = migrated_v1(raw.get("state")) if raw["version"] == 1 else raw.get("state")
+    try:
+        return decode(TargetState, state)
+    except WireError:
+        return None
+
+
+def migrated_v1(state: Any) -> Any:
+    """A version-1 record as this version's: its reader let a `rebuild` it could not read go
+    (None), keeping the rest of the record; the fields added while it was version 1 (inputs,
+    source_lines, rebuild, data_files, peak_rss) take their defaults when absent, as then."""
+    if isinstance(state, dict) and state.get("rebuild") is not None:
+        try:
+            decode(RebuildRecord, state["rebuild"])
+        except WireError:
+            state = {**state, "rebuild": None}
+    return state
 
 
 def save_state(config: ProjectConfig, target: TargetConfig, state: TargetState) -> None:
     path = state_path(config, target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = msgpack.packb({"version": STATE_VERSION, "state": asdict(state)}, use_bin_type=True)
-    write_atomic(path, payload)
+    record = {"version": STATE_VERSION, "state": encode(state)}
+    write_atomic(path, msgpack.packb(record, use_bin_type=True))
 
 
 def remember_peak_rss(config: ProjectConfig, target: TargetConfig, peak_rss: int) -> None:
@@ -245,7 +260,7 @@ def up_to_date_report(config: ProjectConfig, target: TargetConfig) -> TargetResu
     state = load_state(config, target)
     if state is None or why_out_of_date(config, target, state) is not None:
         return None
-    return TargetResult.up_to_date(target.name, state.report)
+    return state.report.up_to_date(target.name)
 
 
 def target_inputs_digest(config: ProjectConfig, target: TargetConfig) -> str:

@@ -2,26 +2,17 @@
 
 The typed contract between the compare's builders (the daemon's CompareService, the in-process
 CLI) and its views (the CLI table, `--json`, the editors' `lowerd.compare` command). Dicts only
-through to_json()/from_json():
-
-    {"config", "target", "warnings": [str],
-     "backends": [{"backend": "xnnpack", "display": "XNNPACK", "status": "ok"|"error",
-                   "coverage_percent", "ops", "ops_delegated", "partitions",
-                   "not_delegated": [{"op", "count", "reason"}], "pte_bytes"|null,
-                   "seconds", "cache": {"hits", "misses", "rebased"}, "reused", "output",
-                   "error": {"kind", "message", "file", "line"}|null}]}
-
-No torch here: the daemon reads and writes it.
+through project/wire.py's encode and decode; the fields are the wire's keys. No torch here: the
+daemon reads and writes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from lowerd.project.backends import BACKENDS
-from lowerd.project.result import CacheSummary, ErrorInfo, Status, TargetResult
+from lowerd.project.result import CacheCounts, ErrorInfo, Status, TargetResult
+from lowerd.project.wire import wire_field
 
 
 @dataclass(frozen=True)
@@ -31,13 +22,6 @@ class NotDelegatedGroup:
     op: str
     count: int
     reason: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "count": self.count, "reason": self.reason}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> NotDelegatedGroup:
-        return cls(str(raw["op"]), int(raw.get("count") or 0), str(raw.get("reason") or ""))
 
 
 @dataclass(frozen=True)
@@ -53,8 +37,8 @@ class BackendComparison:
     partitions: int = 0
     not_delegated: tuple[NotDelegatedGroup, ...] = ()  # most ops first
     pte_bytes: int | None = None
-    seconds: float = 0.0
-    cache: CacheSummary = field(default_factory=CacheSummary)
+    seconds: float = field(default=0.0, metadata=wire_field(digits=3))
+    cache: CacheCounts = field(default_factory=CacheCounts)
     reused: str | None = None  # "up-to-date": answered from the compare's own build record
     output: str | None = None  # the compare's private .pte, never the target's
     error: ErrorInfo | None = None
@@ -88,7 +72,7 @@ class BackendComparison:
             ),
             pte_bytes=result.sizes.pte_bytes if result.sizes is not None else None,
             seconds=result.seconds,
-            cache=result.cache,
+            cache=CacheCounts(result.cache.hits, result.cache.misses, result.cache.rebased),
             reused=result.reused,
             output=result.output,
             error=result.error,
@@ -101,51 +85,6 @@ class BackendComparison:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "backend": self.backend,
-            "display": self.display,
-            "status": self.status,
-            "coverage_percent": self.coverage_percent,
-            "ops": self.ops,
-            "ops_delegated": self.ops_delegated,
-            "partitions": self.partitions,
-            "not_delegated": [group.to_json() for group in self.not_delegated],
-            "pte_bytes": self.pte_bytes,
-            "seconds": round(self.seconds, 3),
-            "cache": {
-                "hits": self.cache.hits,
-                "misses": self.cache.misses,
-                "rebased": self.cache.rebased,
-            },
-            "reused": self.reused,
-            "output": self.output,
-            "error": self.error.to_json() if self.error else None,
-        }
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> BackendComparison:
-        backend = str(raw["backend"])
-        error = raw.get("error")
-        return cls(
-            backend=backend,
-            display=str(raw.get("display") or display_name(backend)),
-            status="ok" if raw.get("status") == "ok" else "error",
-            coverage_percent=int(raw.get("coverage_percent") or 0),
-            ops=int(raw.get("ops") or 0),
-            ops_delegated=int(raw.get("ops_delegated") or 0),
-            partitions=int(raw.get("partitions") or 0),
-            not_delegated=tuple(
-                NotDelegatedGroup.from_json(g) for g in raw.get("not_delegated") or []
-            ),
-            pte_bytes=raw.get("pte_bytes"),
-            seconds=float(raw.get("seconds") or 0.0),
-            cache=CacheSummary.from_json(raw.get("cache")),
-            reused=raw.get("reused"),
-            output=raw.get("output"),
-            error=ErrorInfo.from_json(error) if error else None,
-        )
 
 
 @dataclass(frozen=True)
@@ -160,23 +99,6 @@ class CompareResult:
         """At least one backend lowered: a backend that cannot (coremltools missing) is its
         column's error, not the compare's failure."""
         return any(column.ok for column in self.backends)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "config": self.config,
-            "target": self.target,
-            "backends": [column.to_json() for column in self.backends],
-            "warnings": list(self.warnings),
-        }
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> CompareResult:
-        return cls(
-            config=str(raw.get("config") or ""),
-            target=str(raw.get("target") or ""),
-            backends=tuple(BackendComparison.from_json(b) for b in raw.get("backends") or []),
-            warnings=tuple(str(w) for w in raw.get("warnings") or []),
-        )
 
 
 def display_name(backend: str) -> str:

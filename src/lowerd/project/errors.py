@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from lowerd.project.result import ErrorInfo
 
@@ -39,9 +38,6 @@ class LowerdError(Exception):
     def info(self) -> ErrorInfo:
         """The error as a target result carries it (project/result.py)."""
         return ErrorInfo(self.kind, self.message, self.location.file, self.location.line)
-
-    def to_json(self) -> dict[str, Any]:
-        return self.info().to_json()
 
 
 class ConfigError(LowerdError):

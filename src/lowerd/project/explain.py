@@ -23,6 +23,7 @@ from lowerd.project.rebuild_record import (
     RebuildRecord,
     SourceChange,
 )
+from lowerd.project.wire import encode
 
 # The language server's command: arguments are target names (none: every target).
 EXPLAIN = "lowerd.explain"
@@ -126,8 +127,8 @@ def _partition_document(partition: PartitionFacts, earlier_build: bool) -> dict[
             "matched_by": partition.matched_by,
             "changed": partition.changed,
             "changed_weights": partition.changed_weights,
-            "key": partition.key.to_json() if partition.key else None,
-            "earlier_key": partition.earlier_key.to_json() if partition.earlier_key else None,
+            "key": encode(partition.key),
+            "earlier_key": encode(partition.earlier_key),
         }
     document["label"] = partition_label(partition)
     document["words"] = partition_words(partition, earlier_build)

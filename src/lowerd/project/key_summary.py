@@ -9,9 +9,7 @@ digests of themselves, and the weights as one digest per tensor so that a miss c
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 # Hex digits kept of a field's or a tensor's digest: enough to tell two builds' apart.
 DIGEST_CHARS = 16
@@ -48,10 +46,3 @@ class KeySummary:
         added = [n for n in self.tensors if n not in before]
         removed = [n for n in before if n not in self.tensors]
         return changed + added + removed
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> KeySummary:
-        return cls(**{f.name: raw[f.name] for f in dataclasses.fields(cls)})

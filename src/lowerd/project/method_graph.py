@@ -3,11 +3,7 @@
 Every op of the method (the delegated ones inside their partitions, and those left on the CPU)
 in graph order, with the partition it runs in, and the data flow between ops. Inputs, weights
 and bookkeeping nodes (getitem, symbolic sizes) are not drawn: an edge passes through them.
-Stored in the build record (so the CLI draws it without torch) in a compact JSON form:
-
-    {"ops": [OP NAME, ...], "nodes": [[OP INDEX, PARTITION INDEX or -1, NODE NAME], ...],
-     "edges": [[FROM, TO], ...], "total_nodes": N, "collapsed": bool, "omitted": N}
-
+Stored in the build record (so the CLI draws it without torch) in a compact form, CompactGraph.
 A node's partition index is its row in MethodReport.partitions; -1 is the portable CPU, whose
 nodes carry their node name (the key of NotDelegatedOp.node, for the source line). A graph of
 more than MAX_NODES ops is collapsed: each partition becomes one node (its op name the partition's
@@ -17,9 +13,10 @@ the ops before either, so a view can say what it does not show.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+
+from lowerd.project.wire import wire_form
 
 # A drawing of more nodes is unreadable and its SVG megabytes: a real LLM has thousands of ops.
 MAX_NODES = 1500
@@ -45,40 +42,43 @@ class MethodGraph:
     collapsed: bool = False  # each partition drawn as one node
     omitted: int = 0  # ops dropped past MAX_NODES (after collapsing): drawn nowhere
 
-    def to_json(self) -> dict[str, Any]:
-        ops: dict[str, int] = {}
-        nodes = []
-        for node in self.nodes:
-            index = ops.setdefault(node.op, len(ops))
-            nodes.append(
-                [index, node.partition, node.name] if node.name else [index, node.partition]
-            )
-        return {
-            "ops": list(ops),
-            "nodes": nodes,
-            "edges": [[a, b] for a, b in self.edges],
-            "total_nodes": self.total_nodes,
-            "collapsed": self.collapsed,
-            "omitted": self.omitted,
-        }
 
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any] | None) -> MethodGraph | None:
-        if not raw:
-            return None
-        ops = [str(op) for op in raw.get("ops") or []]
-        nodes = [
-            GraphNode(ops[entry[0]], int(entry[1]), str(entry[2]) if len(entry) > 2 else None)
-            for entry in raw.get("nodes") or []
-        ]
-        edges = [(int(a), int(b)) for a, b in raw.get("edges") or []]
-        return cls(
-            nodes,
-            edges,
-            int(raw.get("total_nodes") or len(nodes)),
-            bool(raw.get("collapsed")),
-            int(raw.get("omitted") or 0),
-        )
+@dataclass(frozen=True)
+class CompactGraph:
+    """A MethodGraph's wire form: each op name once (`ops`), a node as [OP INDEX, PARTITION] or,
+    for a CPU node, [OP INDEX, PARTITION, NODE NAME]."""
+
+    ops: list[str]
+    nodes: list[list[int | str]]
+    edges: list[tuple[int, int]]
+    total_nodes: int
+    collapsed: bool
+    omitted: int
+
+
+def compact(graph: MethodGraph) -> CompactGraph:
+    ops: dict[str, int] = {}
+    nodes: list[list[int | str]] = []
+    for node in graph.nodes:
+        index = ops.setdefault(node.op, len(ops))
+        nodes.append([index, node.partition, node.name] if node.name else [index, node.partition])
+    return CompactGraph(
+        list(ops), nodes, list(graph.edges), graph.total_nodes, graph.collapsed, graph.omitted
+    )
+
+
+def expanded(form: CompactGraph) -> MethodGraph:
+    nodes = [
+        GraphNode(form.ops[int(entry[0])], int(entry[1]), _name(entry)) for entry in form.nodes
+    ]
+    return MethodGraph(nodes, list(form.edges), form.total_nodes, form.collapsed, form.omitted)
+
+
+def _name(entry: list[int | str]) -> str | None:
+    return str(entry[2]) if len(entry) > 2 else None
+
+
+wire_form(MethodGraph, CompactGraph, compact, expanded)
 
 
 def capped(graph: MethodGraph, partition_labels: Sequence[str]) -> MethodGraph:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import difflib
 import zlib
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,17 +79,6 @@ class PartitionFacts:
     def identity(self) -> PartitionIdentity:
         return PartitionIdentity(self.method, self.backend, self.key)
 
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> PartitionFacts:
-        key, earlier = raw.get("key"), raw.get("earlier_key")
-        return cls(
-            **{
-                **raw,
-                "key": KeySummary.from_json(key) if key else None,
-                "earlier_key": KeySummary.from_json(earlier) if earlier else None,
-            }
-        )
-
 
 @dataclass
 class RebuildRecord:
@@ -99,27 +88,6 @@ class RebuildRecord:
     sources: list[SourceChange] = field(default_factory=list)
     inputs: list[InputChange] = field(default_factory=list)
     partitions: list[PartitionFacts] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any] | None) -> RebuildRecord | None:
-        """None for a record without one (an older lowerd's) or one this lowerd cannot read:
-        the rest of the record still stands."""
-        if not raw:
-            return None
-        try:
-            return cls(
-                earlier_build=raw["earlier_build"],
-                kept=raw["kept"],
-                why=raw["why"],
-                sources=[SourceChange(**s) for s in raw["sources"]],
-                inputs=[InputChange(**i) for i in raw["inputs"]],
-                partitions=[PartitionFacts.from_json(p) for p in raw["partitions"]],
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
 
 
 def record_rebuild(

@@ -4,18 +4,15 @@ report can be stored, reloaded and shown by processes that never lower anything.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from lowerd.project.method_graph import MethodGraph
+from lowerd.project.wire import wire_shape
 
 # When leaving the fewest partitions takes more fixes than this, the hint also says what the
 # first ones do.
 EARLY_FIXES = 5
-# What MethodReport.to_json() adds to its fields, computed from them (coverage_of): from_json
-# drops them, and fills them again for a report stored before they existed. Each module row
-# likewise carries its `percent` (ModuleCoverage.to_json / from_json).
-COMPUTED_FIELDS = ("coverage_percent", "summary", "fixes_hint")
 
 
 def coverage_percent(delegated: int, ops: int) -> int:
@@ -154,9 +151,11 @@ class RefusalGroup:
     elements: int = 0  # summed output elements left on the CPU
 
 
+@wire_shape(computed=("percent",))
 @dataclass
 class ModuleCoverage:
-    """Coverage of one module path's subtree (ops of the module and of its children)."""
+    """Coverage of one module path's subtree (ops of the module and of its children); the wire
+    carries its `percent` too, computed, never read."""
 
     path: str  # "" for the root; "model.layers.*.mlp" when aggregated over repeated layers
     module_class: str | None
@@ -172,14 +171,6 @@ class ModuleCoverage:
     def percent(self) -> int:
         """The row's percent by the one rounding rule (coverage_percent): what every view shows."""
         return coverage_percent(self.ops_delegated, self.ops)
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "percent": self.percent}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> ModuleCoverage:
-        """`percent` is dropped and computed again: a row stored without it reads the same."""
-        return cls(**{key: value for key, value in raw.items() if key != "percent"})
 
 
 @dataclass
@@ -197,6 +188,8 @@ class PartitionSummary:
     data_bytes: int | None = None
 
 
+# The coverage facts are written after the fields, computed from them (coverage_of), never read.
+@wire_shape(computed=("coverage_percent", "summary", "fixes_hint"))
 @dataclass
 class MethodReport:
     delegated_nodes: int
@@ -256,31 +249,6 @@ class MethodReport:
         """ "3 fixes would make this 1 partition", or None."""
         return self.coverage_facts().fixes_hint
 
-    def to_json(self) -> dict[str, Any]:
-        facts = self.coverage_facts()
-        return {
-            **asdict(self),
-            "modules": [module.to_json() for module in self.modules],
-            "graph": self.graph.to_json() if self.graph is not None else None,
-            "coverage_percent": facts.percent,
-            "summary": facts.summary,
-            "fixes_hint": facts.fixes_hint,
-        }
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> MethodReport:
-        fields = {key: value for key, value in raw.items() if key not in COMPUTED_FIELDS}
-        return cls(
-            **{
-                **fields,
-                "partitions": [PartitionSummary(**p) for p in raw.get("partitions", [])],
-                "not_delegated": [_not_delegated(op) for op in raw.get("not_delegated", [])],
-                "refusals": [_refusal(group) for group in raw.get("refusals", [])],
-                "modules": [ModuleCoverage.from_json(m) for m in raw.get("modules", [])],
-                "graph": MethodGraph.from_json(raw.get("graph")),
-            }
-        )
-
     def with_lines_moved(self, moves: dict[tuple[str, int], tuple[str, int]]) -> MethodReport:
         """The user's lines moved to where the code is now; library lines stay where they are."""
         placed: list[NotDelegatedOp | RefusalGroup] = [*self.not_delegated, *self.refusals]
@@ -291,15 +259,3 @@ class MethodReport:
             for source in partition.sources:
                 source[0], source[1] = moves.get((source[0], source[1]), (source[0], source[1]))
         return self
-
-
-def _frame(raw: dict[str, Any] | None) -> Frame | None:
-    return Frame(**raw) if raw else None
-
-
-def _not_delegated(raw: dict[str, Any]) -> NotDelegatedOp:
-    return NotDelegatedOp(**{**raw, "library": _frame(raw.get("library"))})
-
-
-def _refusal(raw: dict[str, Any]) -> RefusalGroup:
-    return RefusalGroup(**{**raw, "library": _frame(raw.get("library"))})

@@ -25,6 +25,7 @@ from lowerd.project.graph_svg import CPU_FILL, CPU_STROKE, draw, partition_colou
 from lowerd.project.method_graph import MAX_NODES, MethodGraph
 from lowerd.project.report_model import MethodReport, NotDelegatedOp
 from lowerd.project.result import TargetResult
+from lowerd.project.wire import encode
 
 # No fetch of any kind: the page is whole as written.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
@@ -82,7 +83,7 @@ def _target(page: TargetPage, root: Path, use_dot: bool) -> str:
     if page.recorded:
         facts.append(f"built {escape(page.recorded)}")
     stale = f'<p class="stale">Out of date: {escape(page.stale)}.</p>' if page.stale else ""
-    document = result.to_json()
+    document = encode(result)
     sizes = sizes_text(document)
     sizes_line = f'<p class="sizes">{escape(sizes)}</p>' if sizes else ""
     methods = "".join(

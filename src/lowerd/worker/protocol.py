@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from lowerd.project.report_model import MethodReport
 from lowerd.project.result import TargetResult
+from lowerd.project.wire import decode, encode
 
 Frame = dict[str, Any]
 
@@ -105,7 +106,7 @@ class PartitionedEvent:
     report: MethodReport
 
     def to_frame(self) -> Frame:
-        return {"type": "partitioned", "method": self.method, "report": self.report.to_json()}
+        return {"type": "partitioned", "method": self.method, "report": encode(self.report)}
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class ResultEvent:
     result: TargetResult
 
     def to_frame(self) -> Frame:
-        return {"type": "result", "result": self.result.to_json()}
+        return {"type": "result", "result": encode(self.result)}
 
 
 WorkerEvent = ProgressEvent | PartitionedEvent | LibrariesEvent | PeakRssEvent | ResultEvent
@@ -147,13 +148,13 @@ def parse_event(frame: Mapping[str, Any]) -> WorkerEvent:
             detail = frame.get("detail")
             return ProgressEvent(str(frame["stage"]), None if detail is None else str(detail))
         if kind == "partitioned":
-            return PartitionedEvent(str(frame["method"]), MethodReport.from_json(frame["report"]))
+            return PartitionedEvent(str(frame["method"]), decode(MethodReport, frame["report"]))
         if kind == "libraries":
             return LibrariesEvent(tuple(str(m) for m in frame.get("modules") or []))
         if kind == "peak_rss":
             return PeakRssEvent(int(frame["bytes"]))
         if kind == "result":
-            return ResultEvent(TargetResult.from_json(frame["result"]))
+            return ResultEvent(decode(TargetResult, frame["result"]))
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise ProtocolError(f"malformed {kind} event: {error!r}") from error
     raise ProtocolError(f"type: unknown worker event {kind!r}")
