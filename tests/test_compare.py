@@ -21,7 +21,7 @@ from lowerd.daemon.rpc_messages import CompareCall
 from lowerd.project.compare_result import BackendComparison, CompareResult, NotDelegatedGroup
 from lowerd.project.config import load_config
 from lowerd.project.result import ErrorInfo, TargetResult
-from lowerd.project.wire import decode
+from lowerd.project.wire import decode, encode
 from lowerd.worker.workers import BuildRequest, WorkerPool
 
 from helpers import lowerd
@@ -84,11 +84,11 @@ async def test_each_backend_is_a_normal_build_kept_apart_and_cached(
 
         # Unchanged: answered from the compare's own records, by the language server's command too.
         loaded = load_config(Path(config))
-        answer = await compare_answer(pool, loaded, [TARGET, "xnnpack,vulkan"])
+        answer = encode(await compare_answer(pool, loaded, [TARGET, "xnnpack,vulkan"]))
         again = [decode(BackendComparison, column) for column in answer["backends"]]
         assert [column.reused for column in again] == ["up-to-date", "up-to-date"]
         assert [numbers(column) for column in again] == [numbers(xnnpack), numbers(vulkan)]
-        unknown = await compare_answer(pool, loaded, ["nope"])
+        unknown = encode(await compare_answer(pool, loaded, ["nope"]))
         assert unknown["backends"] == [] and "unknown target 'nope'" in unknown["error"]
 
         # A normal build with Vulkan (the editor's `backends` override: build_target under

@@ -11,6 +11,18 @@ from typing import Any
 import pytest
 from wire_samples import built, method_report
 
+from lowerd.daemon.commands import (
+    BuildAnswer,
+    BuildFinished,
+    BuildStarted,
+    PageAnswer,
+    ReportAnswer,
+    ScriptAnswer,
+    UnbuiltTarget,
+    compare_arguments,
+    target_names,
+)
+from lowerd.daemon.compare_service import compare_answer
 from lowerd.daemon.rpc import RequestError, parse_request
 from lowerd.daemon.rpc_messages import (
     BuildCall,
@@ -35,7 +47,7 @@ from lowerd.project.result import (
     ErrorInfo,
     TargetResult,
 )
-from lowerd.project.wire import decode, encode
+from lowerd.project.wire import WireError, decode, encode
 from lowerd.worker.protocol import (
     LibrariesEvent,
     PartitionedEvent,
@@ -252,3 +264,71 @@ def test_each_worker_event_reads_back() -> None:
         assert parse_event(through_json(event.to_frame())) == event
     job = WorkerJob("/p/pyproject.toml", "net", 7, 2**30, False, ("vulkan",), True)
     assert WorkerJob.from_frame(job.to_frame()) == job
+
+
+# The language server's commands (daemon/commands.py) ---------------------------------------
+
+
+def test_command_arguments_are_read_strictly() -> None:
+    assert target_names(["a", ["b", "c"]]) == ("a", "b", "c") and target_names(None) == ()
+    with pytest.raises(WireError, match=r"targets\[0\]: expected str, got int 5"):
+        target_names([5])
+    assert compare_arguments(["net", "xnnpack,vulkan"]).backends == ("xnnpack", "vulkan")
+    assert compare_arguments(["net", ["coreml"]]).backends == ("coreml",)
+    assert compare_arguments(["net", ""]) == compare_arguments(["net"])
+    with pytest.raises(WireError, match="target: missing"):
+        compare_arguments([])
+    with pytest.raises(WireError, match="at most 2 arguments, got 3"):
+        compare_arguments(["net", [], "more"])
+
+
+@pytest.mark.asyncio
+async def test_a_compare_with_wrong_arguments_is_answered_with_the_converters_error() -> None:
+    refused = encode(await compare_answer(None, None, [["net"]]))
+    assert refused == {
+        "target": "",
+        "backends": [],
+        "warnings": [],
+        "error": "lowerd.compare takes [target, backends?]: target: expected str, got list ['net']",
+    }
+    assert encode(await compare_answer(None, None, ["net"])) == {
+        "target": "net",
+        "backends": [],
+        "warnings": [],
+        "error": "no lowerd project is loaded",
+    }
+
+
+def test_command_answers_keep_their_shapes() -> None:
+    assert encode(BuildStarted("net", 3)) == {"target": "net", "buildId": 3}
+    finished = BuildFinished.of("net", 3, TargetResult.failed("net", "cancelled", "newer"), False)
+    assert encode(finished) == {
+        "target": "net",
+        "buildId": 3,
+        "status": "error",
+        "errorKind": "cancelled",
+        "reused": None,
+        "current": False,
+    }
+    assert decode(BuildFinished, encode(finished)) == finished
+    assert encode(BuildAnswer(error="unknown targets: x")) == {
+        "error": "unknown targets: x",
+        "targets": [],
+    }
+    assert encode(BuildAnswer("/p/pyproject.toml", targets=(None,))) == {
+        "config": "/p/pyproject.toml",
+        "targets": [None],
+    }
+    assert encode(ReportAnswer(None, None)) == {"config": None, "error": None, "targets": []}
+    shown = ReportAnswer("/p/pyproject.toml", None, (built(), UnbuiltTarget("later")), ("net",))
+    raw = encode(shown)
+    assert list(raw) == ["config", "error", "targets", "building"]
+    assert raw["targets"][1] == {"name": "later"} and raw["targets"][0] == encode(built())
+    assert encode(ScriptAnswer("net", "import torch\n")) == {
+        "target": "net",
+        "script": "import torch\n",
+    }
+    assert encode(ScriptAnswer(error="no lowerd project is loaded")) == {
+        "error": "no lowerd project is loaded"
+    }
+    assert encode(PageAnswer("<html>")) == {"html": "<html>"}

@@ -20,6 +20,7 @@ from lowerd.project.key_summary import KeySummary
 from lowerd.project.partition_match import PartitionIdentity, match_partitions
 from lowerd.project.rebuild_record import changed_lines
 from lowerd.project.result import TargetResult
+from lowerd.project.wire import encode
 
 from helpers import edit_refused_weights, line_marks, lowerd_without_torch
 from stock import forget_project_modules
@@ -35,7 +36,7 @@ def build(config: ProjectConfig, name: str, store: BlobStore, reuse: bool = True
 
 
 def explain(config: ProjectConfig, name: str) -> list[str]:
-    [target] = explain_targets(config, [name])["targets"]
+    [target] = encode(explain_targets(config, [name]))["targets"]
     lines: list[str] = target["lines"]
     return lines
 
@@ -84,7 +85,7 @@ def test_a_weight_edit_names_the_file_the_partition_and_the_weights(
         f"  XNNPACK #2 (forward, models/refused.py:{fc2}): the weights changed (fc2.bias)",
         UP_TO_DATE,
     ]
-    [document] = explain_targets(config, ["refused"])["targets"]
+    [document] = encode(explain_targets(config, ["refused"]))["targets"]
     hit, miss = document["partitions"]
     assert (hit["cache"], hit["label"]) == ("hit", f"XNNPACK #1 (forward, models/refused.py:{fc1})")
     assert miss["changed"] == ["tensors"] and miss["changed_weights"] == ["fc2.bias"]

@@ -27,6 +27,7 @@ from lowerd.daemon.runtime import process_alive
 from lowerd.project.build_state import load_state
 from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.explain import explain_targets
+from lowerd.project.wire import encode
 
 from helpers import (
     DEADLINE,
@@ -279,7 +280,7 @@ def test_explain_says_what_a_local_build_would(
         f"  XNNPACK #2 (forward, models/refused.py:{fc2}): the weights changed (fc2.bias)",
         "  up to date: nothing it read or wrote has changed since",
     ]
-    [document] = explain_targets(config, ["refused"])["targets"]
+    [document] = encode(explain_targets(config, ["refused"]))["targets"]
     assert (document["partitions"][1]["previous"], document["inputs"]) == (2, [])
 
 
@@ -333,7 +334,7 @@ def test_daemon_and_ray_are_refused(tmp_path: Path) -> None:
 
 
 def _explain(config: ProjectConfig, name: str) -> list[str]:
-    [target] = explain_targets(config, [name])["targets"]
+    [target] = encode(explain_targets(config, [name]))["targets"]
     lines: list[str] = target["lines"]
     return lines
 

@@ -419,9 +419,10 @@ async def test_command_explain_answers_what_lowerd_explain_prints(editor: Editor
     """The editor's *Explain this rebuild* shows the document `lowerd explain --json` prints."""
     from lowerd.project.config import load_config
     from lowerd.project.explain import explain_targets
+    from lowerd.project.wire import encode
 
     answer = await editor.execute_command("lowerd.explain", "refused")
-    expected = explain_targets(load_config(editor.path("pyproject.toml")), ["refused"])
+    expected = encode(explain_targets(load_config(editor.path("pyproject.toml")), ["refused"]))
     assert answer == expected and answer["targets"][0]["lines"][0].startswith("refused: ")
     unknown = await editor.execute_command("lowerd.explain", "nope")
     assert unknown["targets"] == [] and "nope" in unknown["error"]

@@ -28,51 +28,18 @@ local function equal(actual, expected)
   end
 end
 
--- A lowerd.report answer as the server sends it (JSON null decoded as vim.NIL).
-local RESULT = {
-  config = "/p/pyproject.toml",
-  error = vim.NIL,
-  building = {},
-  targets = {
-    {
-      name = "net",
-      status = "ok",
-      seconds = 4.9,
-      error = vim.NIL,
-      entry = { file = "models/net.py", line = 22 },
-      modules = { forward = { file = "models/net.py", line = 9 } },
-      coverage = { percent = 50, backends = { "XNNPACK" } },
-      methods = {
-        forward = {
-          ops = 4,
-          ops_delegated = 2,
-          coverage_percent = 50,
-          summary = "2 of 4 ops on XNNPACK in 2 partitions (50 %)",
-          fixes_hint = vim.NIL,
-          backends = { XNNPACK = { ops = 2, partitions = 2 } },
-          partitions = {
-            { backend = "XNNPACK", ops = 1, cache = "hit", sources = { { "models/net.py", 16, "aten.linear.default" } } },
-          },
-          not_delegated = {
-            { op = "aten.pow.Tensor_Scalar", file = "models/net.py", line = 17, reason = "only support power == 2, got 3" },
-            { op = "aten.cumsum.default", file = vim.NIL, line = vim.NIL, reason = "no XNNPACK support" },
-          },
-        },
-      },
-    },
-    {
-      name = "broken",
-      status = "error",
-      seconds = 1.0,
-      error = { kind = "export-error", message = "boom", file = "models/broken.py", line = 5 },
-      entry = { file = "models/broken.py", line = 9 },
-      modules = {},
-      coverage = { percent = 0, backends = {} }, -- as the server sends a failed target's
-      methods = {},
-    },
-    { name = "later" },
-  },
-}
+-- The server's answers as tests/editor_fixtures.py writes them from lowerd's classes
+-- (test/fixtures), decoded as the client decodes them (JSON null as vim.NIL).
+local function fixture(name)
+  local here = debug.getinfo(1, "S").source:sub(2):match("(.*/)") or "./"
+  local file = assert(io.open(here .. "fixtures/" .. name, "r"))
+  local text = file:read("*a")
+  file:close()
+  return vim.json.decode(text)
+end
+
+-- A lowerd.report answer: net built (two ops left on the CPU), broken failed, later not built.
+local RESULT = fixture("report.json")
 
 test("method_line puts the name before the server's sentence and hint, computing nothing", function()
   equal(report.method_line("forward", RESULT.targets[1].methods.forward),
@@ -293,27 +260,8 @@ test("item_at finds the quickfix item of the op a code action is about", functio
   equal(report.item_at(items, "/p/elsewhere.py", 1), nil)
 end)
 
--- A lowerd.compare answer as the server sends it (tests/test_compare.py's refused target).
-local COMPARED = {
-  config = "/p/pyproject.toml",
-  target = "refused",
-  warnings = {},
-  backends = {
-    { backend = "xnnpack", display = "XNNPACK", status = "ok", coverage_percent = 50, ops = 4,
-      ops_delegated = 2, partitions = 2, pte_bytes = 4256, reused = vim.NIL, error = vim.NIL,
-      cache = { hits = 2, misses = 0 },
-      not_delegated = { { op = "aten.pow.Tensor_Scalar", count = 1, reason = "power" },
-        { op = "aten.cumsum.default", count = 1, reason = "none" } } },
-    { backend = "vulkan", display = "Vulkan", status = "ok", coverage_percent = 83, ops = 6,
-      ops_delegated = 5, partitions = 2, pte_bytes = 4256, reused = "up-to-date", error = vim.NIL,
-      cache = { hits = 0, misses = 0 },
-      not_delegated = { { op = "aten.cumsum.default", count = 1, reason = "none" } } },
-    { backend = "coreml", display = "CoreML", status = "error", pte_bytes = vim.NIL,
-      reused = vim.NIL, not_delegated = {}, cache = { hits = 0, misses = 0 },
-      error = { kind = "backend-unavailable", message = "no coremltools", file = "pyproject.toml",
-        line = 9 } },
-  },
-}
+-- A lowerd.compare answer of the refused target: XNNPACK, Vulkan up to date, CoreML unavailable.
+local COMPARED = fixture("compare.json")
 
 test("compare.lines lays the backends side by side as the CLI does, errors below", function()
   equal(compare.lines(COMPARED), {

@@ -1,7 +1,7 @@
 /**
- * The JSON report `lowerd.report` returns (and `lowerd build --json` prints): the shape of
- * lowering/build.py TargetResult.to_json() and project/report_model.py, files relative to the
- * project root. Parsing is lenient: unknown fields are ignored, missing ones get empty values,
+ * The JSON report `lowerd.report` returns (and `lowerd build --json` prints): ReportAnswer and
+ * TargetResult in docs/schema/lowerd.schema.json (generated from the server's classes), files
+ * relative to the project root. Parsing is lenient: unknown fields are ignored, missing ones get empty values,
  * so a newer server never breaks an older extension.
  */
 

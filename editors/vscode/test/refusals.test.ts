@@ -227,7 +227,8 @@ describe("the report page", () => {
 
 describe("a real report: transformers' Llama", () => {
   // `lowerd build --json` of tests/projects/llama (2 layers), paths rewritten to /project and
-  // /venv, the partitions' source lists dropped.
+  // /venv, the partitions' source lists dropped; written again in the server's current shape by
+  // tests/editor_fixtures.py.
   const text = readFileSync(path.join(__dirname, "fixtures", "llama-report.json"), "utf-8");
   const report = parseReport(JSON.parse(text) as unknown);
   const method = report.targets[0]!.methods.forward!;

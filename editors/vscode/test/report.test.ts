@@ -118,6 +118,8 @@ describe("parseReport", () => {
 });
 
 describe("the server's lowerd.report answer", () => {
+  // An older server's answer, kept as recorded (tests/editor_fixtures.py does not write it): the
+  // extension must still read it.
   it("parses as recorded from `lowerd serve` (tests/projects/nvim, root rewritten)", () => {
     const text = readFileSync(path.join(__dirname, "fixtures", "server-report.json"), "utf-8");
     const report = parseReport(JSON.parse(text) as unknown);

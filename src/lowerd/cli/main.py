@@ -277,13 +277,14 @@ def _run_explain(args: argparse.Namespace) -> int:
     from lowerd.cli.exit_codes import EXIT_OK
     from lowerd.project.config import choose_config, load_config
     from lowerd.project.explain import explain_targets
+    from lowerd.project.wire import encode
 
     config = load_config(choose_config(args.config))
-    document = explain_targets(config, args.targets)
+    answer = explain_targets(config, args.targets)
     if args.json:
-        print(json.dumps(document, indent=2))
+        print(json.dumps(encode(answer), indent=2))
     else:
-        print("\n".join(line for target in document["targets"] for line in target["lines"]))
+        print("\n".join(line for target in answer.targets for line in target.lines))
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lowerd.daemon.commands import CompareRefusal, compare_arguments
 from lowerd.daemon.rpc_messages import ProgressFrame
 from lowerd.project.batch import Outcome
 from lowerd.project.compare import CompareBatch
@@ -20,13 +21,13 @@ from lowerd.project.compare_result import CompareResult
 from lowerd.project.config import ProjectConfig
 from lowerd.project.errors import LowerdError
 from lowerd.project.result import TargetResult
-from lowerd.project.wire import encode
+from lowerd.project.wire import WireError
 from lowerd.worker.protocol import ProgressEvent, WorkerEvent
 from lowerd.worker.workers import BuildRequest, WorkerPool
 
 SendFrame = Callable[[ProgressFrame], None]
-# The language server's command: arguments [target, backends?] (a list of names or "a,b"); the
-# editors' "Compare backends" (lowerd.compareBackends) call it and show the answer as a table.
+# The language server's command (daemon/commands.py CompareArguments); the editors' "Compare
+# backends" (lowerd.compareBackends) call it and show the answer as a table.
 COMPARE = "lowerd.compare"
 
 
@@ -94,29 +95,21 @@ async def compare_answer(
     config: ProjectConfig | None,
     arguments: Sequence[Any],
     memory_limit: int | None = None,
-) -> dict[str, Any]:
-    """The language server's answer: what `lowerd compare --json` prints, or `error` (with no
-    backends) when there is nothing to compare."""
-    target = str(arguments[0]) if arguments else ""
-    failed: dict[str, Any] = {"target": target, "backends": [], "warnings": []}
+) -> CompareResult | CompareRefusal:
+    """The language server's answer: what `lowerd compare --json` prints, or a refusal when
+    there is nothing to compare."""
+    try:
+        asked = compare_arguments(arguments)
+    except WireError as error:
+        return CompareRefusal("", f"lowerd.compare takes [target, backends?]: {error}")
     if pool is None or config is None:
-        return {**failed, "error": "no lowerd project is loaded"}
-    if not target:
-        return {**failed, "error": "which target? lowerd.compare takes [target, backends?]"}
-    backends = _backends_argument(arguments[1] if len(arguments) > 1 else None)
+        return CompareRefusal(asked.target, "no lowerd project is loaded")
+    if not asked.target:
+        return CompareRefusal("", "which target? lowerd.compare takes [target, backends?]")
     try:
         compared, _ = await CompareService(pool).compare(
-            str(config.path), target, backends, memory_limit=memory_limit
+            str(config.path), asked.target, asked.backends or None, memory_limit=memory_limit
         )
     except LowerdError as error:
-        return {**failed, "config": str(config.path), "error": str(error)}
-    answer: dict[str, Any] = encode(compared)
-    return answer
-
-
-def _backends_argument(raw: Any) -> str | list[str] | None:
-    """The command's backends: "xnnpack,vulkan" or a list of names; None (every known one) when
-    not given."""
-    if isinstance(raw, list):
-        return [str(name) for name in raw] or None
-    return str(raw) if raw else None
+        return CompareRefusal(asked.target, str(error), config=str(config.path))
+    return compared

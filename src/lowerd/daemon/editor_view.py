@@ -5,19 +5,9 @@ It builds LSP payloads and remembers what was published; the server sends them. 
 result puts where (messages, ranges, lens titles) is daemon/diagnostics.py's. Results are
 TargetResults here; they become JSON in the payloads, and nowhere before.
 
-Besides LSP, the server sends two notifications an editor may show or ignore (tests await them):
-`lowerd/buildStarted` {target, buildId} and `lowerd/buildFinished` {target, buildId, status,
-errorKind, reused, current}. Its commands answer:
-
-    lowerd.report    {"config", "error", "targets": [TargetResult JSON | {"name"}], "building"}
-                     ({"config": null, "error": the config error | null, "targets": []}
-                     while no config is loaded)
-    lowerd.build(All) {"config", "targets": [TargetResult JSON | null]} once built, as
-                     `lowerd build --json`; {"error", "targets": []} for unknown targets
-    lowerd.stockScript {"target", "script"}: a stock ExecuTorch script that reproduces the
-                     target (project/reproducer.py); {"error"} for anything but one target
-    lowerd.explain   `lowerd explain --json`'s document (project/explain.py)
-    lowerd.reportPage {"html"}: `lowerd report --html`'s page of the last builds, op graphs drawn
+Besides LSP, the server sends two notifications an editor may show or ignore (tests await them),
+lowerd/buildStarted and lowerd/buildFinished, and answers lowerd's own commands: their arguments
+and answers are daemon/commands.py's classes.
 
 Code actions on lowerd's diagnostics run the clients' own commands lowerd.showInReport [target,
 uri, line], lowerd.compareBackends, lowerd.explainRebuild and lowerd.copyStockScript [target],
@@ -28,11 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from lsprotocol import types
 from pygls.uris import from_fs_path, to_fs_path
 
+from lowerd.daemon.commands import (
+    BuildAnswer,
+    PageAnswer,
+    ReportAnswer,
+    ScriptAnswer,
+    UnbuiltTarget,
+)
 from lowerd.daemon.diagnostics import (
     SOURCE,
     FileDiagnostics,
@@ -52,8 +48,7 @@ from lowerd.daemon.session import ProjectSession, same_file
 from lowerd.project.report_model import MethodReport
 from lowerd.project.report_page import TargetPage, render_page
 from lowerd.project.reproducer import stock_script
-from lowerd.project.result import ErrorInfo, TargetResult
-from lowerd.project.wire import encode
+from lowerd.project.result import TargetResult
 from lowerd.worker.entry_site import Site, entry_site
 
 BUILD = "lowerd.build"
@@ -68,6 +63,7 @@ BUILD_ALL = "lowerd.buildAll"
 REPORT = "lowerd.report"
 BUILD_STARTED = "lowerd/buildStarted"
 BUILD_FINISHED = "lowerd/buildFinished"
+NO_PROJECT = "no lowerd project is loaded"
 
 
 class EditorView:
@@ -288,31 +284,31 @@ class EditorView:
                 )
         return actions
 
-    def stock_script_answer(self, names: Sequence[str]) -> dict[str, Any]:
+    def stock_script_answer(self, names: Sequence[str]) -> ScriptAnswer:
         """lowerd.stockScript: the stock ExecuTorch script that reproduces the target."""
         config = self.session.config
         if config is None:
-            return {"error": "no lowerd project is loaded"}
+            return ScriptAnswer(error=NO_PROJECT)
         if len(names) != 1 or names[0] not in config.targets:
-            return {"error": f"expected one target of {', '.join(config.targets)}"}
+            return ScriptAnswer(error=f"expected one target of {', '.join(config.targets)}")
         target = config.targets[names[0]]
-        return {"target": target.name, "script": stock_script(config, target)}
+        return ScriptAnswer(target.name, stock_script(config, target))
 
-    def report_page_answer(self, names: Sequence[str]) -> dict[str, Any]:
+    def report_page_answer(self, names: Sequence[str]) -> PageAnswer:
         """lowerd.reportPage: the last builds' report as `lowerd report --html` writes it (the
         op graphs drawn), for the editor's graph view."""
         config = self.session.config
         if config is None:
-            return {"error": "no lowerd project is loaded"}
+            return PageAnswer(error=NO_PROJECT)
         unknown = [name for name in names if name not in config.targets]
         if unknown:
-            return {"error": f"unknown targets: {', '.join(unknown)}"}
+            return PageAnswer(error=f"unknown targets: {', '.join(unknown)}")
         pages = [TargetPage(n, self.session.last_result(n)) for n in names or config.targets]
-        return {"html": render_page(config.root.name, config.root, pages)}
+        return PageAnswer(render_page(config.root.name, config.root, pages))
 
     # Command answers -------------------------------------------------------------------------
 
-    async def build_answer(self, names: Sequence[str]) -> dict[str, Any]:
+    async def build_answer(self, names: Sequence[str]) -> BuildAnswer | ReportAnswer:
         """lowerd.build: builds the targets now (a recorded build still up to date is reused)
         and answers their results as `lowerd build --json` would."""
         session, config = self.session, self.session.config
@@ -320,49 +316,23 @@ class EditorView:
             return self.report_answer(names)
         unknown = [n for n in names if n not in config.targets]
         if unknown:
-            return {"error": f"unknown targets: {', '.join(unknown)}", "targets": []}
+            return BuildAnswer(error=f"unknown targets: {', '.join(unknown)}")
         results = await session.build(names)
-        targets = [_json(results.get(name)) for name in names]
-        return {"config": str(config.path), "targets": targets}
+        return BuildAnswer(str(config.path), targets=tuple(results.get(n) for n in names))
 
-    def report_answer(self, names: Sequence[str]) -> dict[str, Any]:
+    def report_answer(self, names: Sequence[str]) -> ReportAnswer:
         """lowerd.report: the last result of each target (all by default), and which are being
         rebuilt; the config error while there is no config."""
         session, config = self.session, self.session.config
         if config is None or not session.started:
-            error = session.config_error
-            return {"config": None, "error": _json(error), "targets": []}
+            return ReportAnswer(None, session.config_error)
         names = list(names) or list(config.targets)
-        return {
-            "config": str(config.path),
-            "error": None,
-            "targets": [_json(session.last_result(n)) or {"name": n} for n in names],
-            "building": [n for n in names if session.building(n)],
-        }
-
-
-# lowerd's notifications ------------------------------------------------------------------------
-
-
-def build_started_params(target: str, build_id: int) -> dict[str, Any]:
-    return {"target": target, "buildId": build_id}
-
-
-def build_finished_params(
-    target: str, build_id: int | None, result: TargetResult, current: bool
-) -> dict[str, Any]:
-    return {
-        "target": target,
-        "buildId": build_id,
-        "status": result.status,
-        "errorKind": result.error.kind if result.error is not None else None,
-        "reused": result.reused,
-        "current": current,
-    }
-
-
-def _json(value: TargetResult | ErrorInfo | None) -> dict[str, Any] | None:
-    return encode(value) if value is not None else None
+        return ReportAnswer(
+            str(config.path),
+            None,
+            tuple(session.last_result(n) or UnbuiltTarget(n) for n in names),
+            tuple(n for n in names if session.building(n)),
+        )
 
 
 def _lens(where: types.Range, title: str, command: str, target: str) -> types.CodeLens:

@@ -25,6 +25,15 @@ from typing import Any, BinaryIO
 from lsprotocol import types
 from pygls.uris import from_fs_path, to_fs_path
 
+from lowerd.daemon.commands import (
+    BuildAnswer,
+    BuildFinished,
+    BuildStarted,
+    PageAnswer,
+    ReportAnswer,
+    ScriptAnswer,
+    target_names,
+)
 from lowerd.daemon.compare_service import COMPARE, compare_answer
 from lowerd.daemon.diagnostics import SOURCE, read_lines_from_disk
 from lowerd.daemon.editor_view import (
@@ -36,16 +45,16 @@ from lowerd.daemon.editor_view import (
     REPORT_PAGE,
     STOCK_SCRIPT,
     EditorView,
-    build_finished_params,
-    build_started_params,
 )
 from lowerd.daemon.lsp_protocol import GuardedLanguageServer
 from lowerd.daemon.progress import BuildProgress
 from lowerd.daemon.session import ProjectSession
 from lowerd.daemon.settings import SECTION
 from lowerd.project.explain import EXPLAIN, explain_answer
-from lowerd.project.result import TargetResult
+from lowerd.project.explain_document import ExplainAnswer
+from lowerd.project.result import ErrorInfo, TargetResult
 from lowerd.project.version import LOWERD_VERSION
+from lowerd.project.wire import WireError, encode
 from lowerd.worker.protocol import PartitionedEvent, ProgressEvent, WorkerEvent
 from lowerd.worker.tasks import spawn
 
@@ -89,7 +98,7 @@ class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protoco
         self.refresh_code_lenses()
 
     def build_started(self, target: str, build_id: int) -> None:
-        self.protocol.notify(BUILD_STARTED, build_started_params(target, build_id))
+        self.protocol.notify(BUILD_STARTED, encode(BuildStarted(target, build_id)))
         if self._client_has_progress():
             self.progress_bars.started(target, build_id)
         self.refresh_code_lenses()
@@ -113,9 +122,8 @@ class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protoco
             if error is not None and error.kind in ("worker-crash", "worker-timeout"):
                 self.log_message(f"lowerd: {target}: {error.message}", error=True)
             self.publish()
-        self.protocol.notify(
-            BUILD_FINISHED, build_finished_params(target, build_id, result, current)
-        )
+        finished = BuildFinished.of(target, build_id, result, current)
+        self.protocol.notify(BUILD_FINISHED, encode(finished))
         if current:
             self.refresh_code_lenses()
 
@@ -169,12 +177,10 @@ class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protoco
         return bool(window and window.work_done_progress)
 
 
-def _names(arguments: Sequence[Any] | None) -> list[str]:
-    """Command arguments: target names, or one list of them."""
-    names: list[str] = []
-    for argument in arguments or []:
-        names.extend(argument if isinstance(argument, list) else [argument])
-    return [str(name) for name in names]
+def answer(value: object) -> dict[str, Any]:
+    """A command's answer as the client gets it: JSON of the answer's class."""
+    document: dict[str, Any] = encode(value)
+    return document
 
 
 def create_server(workers: int = 2) -> LowerdServer:
@@ -254,34 +260,50 @@ def create_server(workers: int = 2) -> LowerdServer:
 
     @server.command(BUILD)
     async def build(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        return await ls.view.build_answer(_names(arguments))
+        try:
+            names = target_names(arguments)
+        except WireError as error:
+            return answer(BuildAnswer(error=str(error)))
+        return answer(await ls.view.build_answer(names))
 
     @server.command(BUILD_ALL)
     async def build_all(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
         config = ls.session.config
-        return await ls.view.build_answer(list(config.targets) if config else [])
+        return answer(await ls.view.build_answer(list(config.targets) if config else []))
 
     @server.command(REPORT_PAGE)
     def report_page(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        return ls.view.report_page_answer(_names(arguments))
+        try:
+            return answer(ls.view.report_page_answer(target_names(arguments)))
+        except WireError as error:
+            return answer(PageAnswer(error=str(error)))
 
     @server.command(STOCK_SCRIPT)
     def stock_script(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        return ls.view.stock_script_answer(_names(arguments))
+        try:
+            return answer(ls.view.stock_script_answer(target_names(arguments)))
+        except WireError as error:
+            return answer(ScriptAnswer(error=str(error)))
 
     @server.command(REPORT)
     def report(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        return ls.view.report_answer(_names(arguments))
+        try:
+            return answer(ls.view.report_answer(target_names(arguments)))
+        except WireError as error:
+            return answer(ReportAnswer(None, ErrorInfo("invalid-arguments", str(error))))
 
     @server.command(EXPLAIN)  # "Explain this rebuild": what `lowerd explain --json` prints
     def explain(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        return explain_answer(ls.session.config, _names(arguments))
+        try:
+            return answer(explain_answer(ls.session.config, target_names(arguments)))
+        except WireError as error:
+            return answer(ExplainAnswer(error=str(error)))
 
     @server.command(COMPARE)  # [target, backends?]: what `lowerd compare --json` prints
     async def compare(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
         session = ls.session
         limit = session.settings.memory_limit
-        return await compare_answer(session.pool, session.config, arguments, limit)
+        return answer(await compare_answer(session.pool, session.config, arguments, limit))
 
     return server
 

@@ -26,6 +26,16 @@ from lowerd.project.wire import encode
 Outcome = Literal["ok", "target_failed", "usage"]
 
 
+@dataclass(frozen=True)
+class BuildDocument:
+    """What `lowerd build --json` prints, and the daemon's answer to a build: each target's
+    result, in the order asked, and the blob cache's warnings."""
+
+    config: str  # the project's pyproject.toml
+    targets: list[TargetResult]
+    warnings: list[str] = field(default_factory=list)
+
+
 @dataclass
 class Batch:
     config: ProjectConfig
@@ -61,11 +71,8 @@ class Batch:
         results = [self.results[target.name] for target in self.targets]
         for result in results:
             discard_failed_output(self.config, result)
-        document = {
-            "config": str(self.config.path),
-            "targets": [encode(result) for result in results],
-            "warnings": cache_warnings(self.config, self.use_cache, results),
-        }
+        warnings = cache_warnings(self.config, self.use_cache, results)
+        document = encode(BuildDocument(str(self.config.path), results, warnings))
         failed = any(not result.ok for result in results)
         return document, "target_failed" if failed else "ok"
 

@@ -90,6 +90,15 @@ class TargetState:
     peak_rss: int | None = None
 
 
+@dataclass
+class BuildRecord:
+    """A target's build record as its file (.lowerd/<target>.msgpack) holds it, in msgpack: the
+    format's version (STATE_VERSION), then the state."""
+
+    version: int
+    state: TargetState
+
+
 def state_path(config: ProjectConfig, target: TargetConfig) -> Path:
     return config.out_dir / STATE_DIR / f"{target.name}.msgpack"
 
@@ -110,9 +119,10 @@ def read_record(raw: Any) -> TargetState | None:
     its version's shape: the target rebuilds, and nothing is misread."""
     if not isinstance(raw, dict) or raw.get("version") not in (1, STATE_VERSION):
         return None
-    state = migrated_v1(raw.get("state")) if raw["version"] == 1 else raw.get("state")
+    if raw["version"] == 1:
+        raw = {**raw, "state": migrated_v1(raw.get("state"))}
     try:
-        return decode(TargetState, state)
+        return decode(BuildRecord, raw).state
     except WireError:
         return None
 
@@ -132,7 +142,7 @@ def migrated_v1(state: Any) -> Any:
 def save_state(config: ProjectConfig, target: TargetConfig, state: TargetState) -> None:
     path = state_path(config, target)
     path.parent.mkdir(parents=True, exist_ok=True)
-    record = {"version": STATE_VERSION, "state": encode(state)}
+    record = encode(BuildRecord(STATE_VERSION, state))
     write_atomic(path, msgpack.packb(record, use_bin_type=True))
 
 

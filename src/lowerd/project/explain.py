@@ -2,19 +2,30 @@
 
 Read from the build records (project/rebuild_record.py), never from a build: torch-free, so the
 command line answers at once and the language server's `lowerd.explain` command (the editor's
-*Explain this rebuild*) answers from its own process. Both give the document made here; its
-`lines` are what the command prints.
+*Explain this rebuild*) answers from its own process. Both give the document made here
+(project/explain_document.py); its `lines` are what the command prints.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from lowerd.project.build_state import TargetState, load_state, why_out_of_date
 from lowerd.project.config import ProjectConfig, TargetConfig, select_targets
 from lowerd.project.errors import ConfigError
+from lowerd.project.explain_document import (
+    ExplainAnswer,
+    ExplainedInput,
+    ExplainedPartition,
+    ExplainedSource,
+    ExplainedTarget,
+    LoweredPartition,
+    PartitionCounts,
+    ProgramFacts,
+    RecordStatus,
+)
 from lowerd.project.rebuild_record import (
     INPUTS_CHANGED,
     LOWERED,
@@ -23,7 +34,6 @@ from lowerd.project.rebuild_record import (
     RebuildRecord,
     SourceChange,
 )
-from lowerd.project.wire import encode
 
 # The language server's command: arguments are target names (none: every target).
 EXPLAIN = "lowerd.explain"
@@ -61,124 +71,118 @@ SHOWN_RANGES = 4
 SHOWN_VALUE_CHARS = 80
 
 
-def explain_answer(config: ProjectConfig | None, names: Sequence[str]) -> dict[str, Any]:
+def explain_answer(config: ProjectConfig | None, names: Sequence[str]) -> ExplainAnswer:
     """The language server's answer: the document, or `error` when there is nothing to explain."""
     if config is None:
-        return {"targets": [], "error": "no lowerd project is loaded"}
+        return ExplainAnswer(error="no lowerd project is loaded")
     try:
         return explain_targets(config, names)
     except ConfigError as error:
-        return {"targets": [], "error": str(error)}
+        return ExplainAnswer(error=str(error))
 
 
-def explain_targets(config: ProjectConfig, names: Sequence[str]) -> dict[str, Any]:
+def explain_targets(config: ProjectConfig, names: Sequence[str]) -> ExplainAnswer:
     """The named targets (all, without names) explained; an unknown name is a ConfigError."""
-    return {"targets": [explain_target(config, t) for t in select_targets(config, names)]}
+    return ExplainAnswer([explain_target(config, t) for t in select_targets(config, names)])
 
 
-def explain_target(config: ProjectConfig, target: TargetConfig) -> dict[str, Any]:
+def explain_target(config: ProjectConfig, target: TargetConfig) -> ExplainedTarget:
     state = load_state(config, target)
     stale = why_out_of_date(config, target, state)
-    document: dict[str, Any] = {
-        "name": target.name,
-        "status": "no build record" if state is None else "out of date" if stale else "up to date",
-        "out_of_date": _relative(stale, config.root) if state is not None else None,
-        "recorded": state is not None and state.rebuild is not None,
-    }
     rebuild = state.rebuild if state is not None else None
+    status: RecordStatus = (
+        "no build record" if state is None else "out of date" if stale else "up to date"
+    )
+    explained = ExplainedTarget(
+        name=target.name,
+        status=status,
+        out_of_date=_relative(stale, config.root) if state is not None else None,
+        recorded=rebuild is not None,
+    )
     if state is not None and rebuild is not None:
-        document.update(_build_document(config, state, rebuild))
-    document["lines"] = _lines(document, target.name)
-    return document
+        explained = _with_build(explained, config, state, rebuild)
+    return replace(explained, lines=_lines(explained))
 
 
-def _build_document(
-    config: ProjectConfig, state: TargetState, rebuild: RebuildRecord
-) -> dict[str, Any]:
+def _with_build(
+    explained: ExplainedTarget, config: ProjectConfig, state: TargetState, rebuild: RebuildRecord
+) -> ExplainedTarget:
     partitions = rebuild.partitions
-    lowered = [p for p in partitions if p.cache in LOWERED]
-    return {
-        "output": _relative(state.output.path, config.root),
-        "earlier_build": rebuild.earlier_build,
-        "program": {"kept": rebuild.kept, "why": rebuild.why},
-        "counts": {
-            "partitions": len(partitions),
-            "lowered": len(lowered),
-            "from_cache": sum(1 for p in partitions if p.cache in ("hit", "rebased")),
-        },
-        "inputs": [{**vars(change), "words": input_words(change)} for change in rebuild.inputs],
-        "sources": [{**vars(change), "words": source_words(change)} for change in rebuild.sources],
-        "partitions": [_partition_document(p, rebuild.earlier_build) for p in partitions],
-    }
+    return replace(
+        explained,
+        output=_relative(state.output.path, config.root),
+        earlier_build=rebuild.earlier_build,
+        program=ProgramFacts(rebuild.kept, rebuild.why),
+        counts=PartitionCounts(
+            partitions=len(partitions),
+            lowered=sum(1 for p in partitions if p.cache in LOWERED),
+            from_cache=sum(1 for p in partitions if p.cache in ("hit", "rebased")),
+        ),
+        inputs=[ExplainedInput(**vars(i), words=input_words(i)) for i in rebuild.inputs],
+        sources=[ExplainedSource(**vars(s), words=source_words(s)) for s in rebuild.sources],
+        partitions=[_explained(p, rebuild.earlier_build) for p in partitions],
+    )
 
 
-def _partition_document(partition: PartitionFacts, earlier_build: bool) -> dict[str, Any]:
-    document = {
-        "method": partition.method,
-        "index": partition.index,
-        "backend": partition.backend,
-        "site": partition.site,
-        "cache": partition.cache,
-        "note": partition.note,
-    }
-    if partition.cache in LOWERED:
-        document |= {
-            "previous": partition.previous,
-            "matched_by": partition.matched_by,
-            "changed": partition.changed,
-            "changed_weights": partition.changed_weights,
-            "key": encode(partition.key),
-            "earlier_key": encode(partition.earlier_key),
-        }
-    document["label"] = partition_label(partition)
-    document["words"] = partition_words(partition, earlier_build)
-    return document
+def _explained(partition: PartitionFacts, earlier_build: bool) -> ExplainedPartition:
+    where = (partition.method, partition.index, partition.backend, partition.site)
+    told = (partition_label(partition), partition_words(partition, earlier_build))
+    if partition.cache not in LOWERED:
+        return ExplainedPartition(*where, partition.cache, partition.note, *told)
+    return LoweredPartition(
+        *where,
+        partition.cache,
+        partition.note,
+        *told,
+        previous=partition.previous,
+        matched_by=partition.matched_by,
+        changed=partition.changed,
+        changed_weights=partition.changed_weights,
+        key=partition.key,
+        earlier_key=partition.earlier_key,
+    )
 
 
 # Words -----------------------------------------------------------------------------------------
 
 
-def _lines(document: dict[str, Any], name: str) -> list[str]:
-    lines = [f"{name}: {_headline(document)}"]
-    if document.get("recorded"):
-        program = document["program"]
+def _lines(explained: ExplainedTarget) -> list[str]:
+    lines = [f"{explained.name}: {_headline(explained)}"]
+    program = explained.program
+    if explained.recorded and program is not None:
+        inputs, sources = explained.inputs or [], explained.sources or []
         # The changed inputs' own lines say why when they are the reason.
-        said = document["inputs"] and program["why"] == INPUTS_CHANGED
-        if document["earlier_build"] and not program["kept"] and program["why"] and not said:
-            lines.append(f"  lowered because {program['why']}")
-        lines += [f"  {INPUTS_CHANGED}: {i['words']}" for i in document["inputs"]]
-        lines += [f"  {source['words']}" for source in document["sources"]]
-        if document["earlier_build"]:
-            lines += [
-                f"  {p['label']}: {p['words']}"
-                for p in document["partitions"]
-                if p["cache"] in LOWERED
-            ]
-    if document["status"] == "up to date":
+        said = inputs and program.why == INPUTS_CHANGED
+        if explained.earlier_build and not program.kept and program.why and not said:
+            lines.append(f"  lowered because {program.why}")
+        lines += [f"  {INPUTS_CHANGED}: {i.words}" for i in inputs]
+        lines += [f"  {source.words}" for source in sources]
+        if explained.earlier_build:
+            lowered = [p for p in explained.partitions or [] if p.cache in LOWERED]
+            lines += [f"  {p.label}: {p.words}" for p in lowered]
+    if explained.status == "up to date":
         lines.append("  up to date: nothing it read or wrote has changed since")
-    elif document["status"] == "out of date":
-        lines.append(f"  now out of date: {document['out_of_date']}")
+    elif explained.status == "out of date":
+        lines.append(f"  now out of date: {explained.out_of_date}")
     return lines
 
 
-def _headline(document: dict[str, Any]) -> str:
-    if document["status"] == "no build record":
+def _headline(explained: ExplainedTarget) -> str:
+    if explained.status == "no build record":
         return "no build record (never built, or its last build failed)"
-    if not document["recorded"]:
+    counts, program = explained.counts, explained.program
+    if not explained.recorded or counts is None or program is None:
         return "built by a lowerd that did not record why; its next build will"
-    counts = document["counts"]
-    total = counts["partitions"]
-    if document["program"]["kept"]:
-        return (
-            f"program unchanged: kept {document['output']} "
-            f"({_plural(total, 'partition')}, none lowered)"
-        )
-    cached = f"({counts['from_cache']} from the cache)"
-    if not document["earlier_build"]:
+    total = counts.partitions
+    if program.kept:
+        kept = f"({_plural(total, 'partition')}, none lowered)"
+        return f"program unchanged: kept {explained.output} {kept}"
+    cached = f"({counts.from_cache} from the cache)"
+    if not explained.earlier_build:
         return f"no earlier build: lowered {_plural(total, 'partition')} {cached}"
     if not total:
         return "rebuilt (no partitions delegated)"
-    return f"rebuilt {counts['lowered']} of {_plural(total, 'partition')} {cached}"
+    return f"rebuilt {counts.lowered} of {_plural(total, 'partition')} {cached}"
 
 
 def partition_label(partition: PartitionFacts) -> str:

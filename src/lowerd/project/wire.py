@@ -49,6 +49,7 @@ class FieldOptions:
     omit_none: bool = False  # the key is left out while the value is None
     digits: int | None = None  # a float written rounded to this many decimals
     key: str | None = None  # the key, when not the field's name (a camelCase one)
+    rest: bool = False  # a positional class's last field, a tuple: the rest of its list
 
 
 @dataclass(frozen=True)
@@ -58,24 +59,35 @@ class ShapeOptions:
     # The keys' order when it is not the fields' (the computed ones among them); keys not named
     # come after, in the fields' order.
     order: tuple[str, ...] = ()
+    # Sent as a list, the fields in order (a command's arguments); a last field marked
+    # wire_field(rest=True) takes the rest of the list. read_positional reads it.
+    positional: bool = False
 
 
 def wire_field(
-    *, omit_none: bool = False, digits: int | None = None, key: str | None = None
+    *,
+    omit_none: bool = False,
+    digits: int | None = None,
+    key: str | None = None,
+    rest: bool = False,
 ) -> dict[str, Any]:
     """A field's metadata for its wire form: field(default=None, metadata=wire_field(...))."""
-    return {_WIRE: FieldOptions(omit_none, digits, key)}
+    return {_WIRE: FieldOptions(omit_none, digits, key, rest)}
 
 
 def wire_key(field: dataclasses.Field[Any]) -> str:
     return field_options(field).key or field.name
 
 
-def wire_shape(*, computed: Sequence[str] = (), order: Sequence[str] = ()) -> Callable[[C], C]:
-    """A class decorator: what the class writes besides its fields, and in which key order."""
+def wire_shape(
+    *, computed: Sequence[str] = (), order: Sequence[str] = (), positional: bool = False
+) -> Callable[[C], C]:
+    """A class decorator: what the class writes besides its fields, in which key order, or that
+    it travels as a list."""
 
     def mark(cls: C) -> C:
-        cls.__wire_shape__ = ShapeOptions(tuple(computed), tuple(order))  # type: ignore[attr-defined]
+        options = ShapeOptions(tuple(computed), tuple(order), positional)
+        cls.__wire_shape__ = options  # type: ignore[attr-defined]
         return cls
 
     return mark
@@ -128,6 +140,24 @@ def decode_as(annotation: Any, raw: object) -> Any:
         if isinstance(error, WireError):
             raise
         raise WireError(problems(error)) from error
+
+
+def read_positional(cls: type[T], raw: Sequence[Any]) -> T:
+    """A positional class (wire_shape(positional=True)) from its list: the fields in order, the
+    rest of the list in a last field marked rest; WireError naming what is wrong."""
+    names = [field.name for field in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    rest = is_rest(cls)
+    given = dict(zip(names, raw, strict=False))
+    if rest:
+        given[names[-1]] = list(raw[len(names) - 1 :])
+    elif len(raw) > len(names):
+        raise WireError([f"[{len(names)}]: at most {len(names)} arguments, got {len(raw)}"])
+    return decode(cls, given)
+
+
+def is_rest(cls: type) -> bool:
+    """Whether a positional class's last field takes the rest of its list."""
+    return field_options(dataclasses.fields(cls)[-1]).rest
 
 
 def problems(error: BaseException, path: str = "") -> list[str]:

@@ -1,5 +1,5 @@
--- The lowerd.report answer ({config, error, targets, building}) as text: quickfix items, summary
--- lines, statusline text. Files in the report are relative to the project root. Coverage
+-- The lowerd.report answer ({config, error, targets, building}: ReportAnswer in
+-- docs/schema/lowerd.schema.json) as text: quickfix items, summary lines, statusline text. Files in the report are relative to the project root. Coverage
 -- sentences, percents and fix hints are the server's (a method's summary, coverage_percent and
 -- fixes_hint, a target's coverage): shown as sent, never computed here.
 
