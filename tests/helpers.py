@@ -27,8 +27,7 @@ from lowerd.project.config import load_config
 from lowerd.project.errors import ConfigError
 from lowerd.project.result import TargetResult
 from lowerd.project.wire import decode
-from lowerd.worker.protocol import WorkerEvent, parse_event
-from lowerd.worker.workers import BuildRequest
+from lowerd.worker.protocol import WorkerEvent, WorkerJob, parse_event
 
 from testkit.projects import copy_project
 
@@ -237,15 +236,16 @@ class FakeBuild:
     real pool parses them (worker/protocol.py)."""
 
     build_id: int
-    request: BuildRequest
+    job: WorkerJob
     pool_event: Callable[[WorkerEvent], None]
     future: asyncio.Future[TargetResult]
     pid: int = 4242
     cancelled: bool = False
+    peak_rss: int | None = None
 
     @property
     def target(self) -> str:
-        return self.request.target
+        return self.job.target
 
     def on_event(self, frame: dict[str, Any]) -> None:
         self.pool_event(parse_event(frame))
@@ -260,7 +260,8 @@ class FakeBuild:
             self.future.set_result(TargetResult.failed(self.target, "cancelled", "cancelled"))
 
     def finish(self, result: dict[str, Any] | None = None, peak_rss: int | None = None) -> None:
-        if peak_rss is not None:
+        if peak_rss is not None:  # as the real pool keeps it, and passes the event on
+            self.peak_rss = peak_rss
             self.on_event({"type": "peak_rss", "bytes": peak_rss})
         self.future.set_result(decode(TargetResult, result or ok_result(self.target)))
 
@@ -271,10 +272,10 @@ class FakePool:
     # target -> the targets whose builds ran when it was submitted
     alongside: dict[str, list[str]] = field(default_factory=dict)
 
-    def submit(self, request: BuildRequest, on_event: Callable[[WorkerEvent], None]) -> Any:
-        self.alongside[request.target] = self.running()
+    def submit(self, job: WorkerJob, on_event: Callable[[WorkerEvent], None]) -> Any:
+        self.alongside[job.target] = self.running()
         future = asyncio.get_running_loop().create_future()
-        build = FakeBuild(len(self.builds) + 1, request, on_event, future)
+        build = FakeBuild(len(self.builds) + 1, job, on_event, future)
         self.builds.append(build)
         return build
 

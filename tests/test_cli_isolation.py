@@ -6,6 +6,7 @@ Real `lowerd` subprocesses on copies of tests/projects (crashy/, broken/):
   in-process (`--no-daemon`, one job and two);
 - what a model prints goes to stderr, so `--json` leaves one document on stdout, in-process and
   through the daemon;
+- Ctrl-C ends an in-process build with exit code 130 and kills its running worker;
 - torch's own account of an export failure (its partial graph, its log records) is held back
   next to lowerd's file:line message, and shown with LOWERD_LOG_LEVEL=DEBUG.
 """
@@ -29,9 +30,11 @@ from helpers import (
     RUN_DEADLINE,
     TRACEBACK,
     Run,
+    interruptible,
     line_marks,
     lowerd,
     lowerd_env,
+    wait_until,
 )
 from testkit.projects import copy_project, write_text_atomic
 
@@ -117,6 +120,46 @@ def test_a_target_that_hangs_is_stopped_at_the_configured_timeout(tmp_path: Path
     source = (root / "models" / "nets.py").read_text().splitlines()
     assert error["file"] == "models/nets.py", run.log
     assert source[error["line"] - 1].startswith("def hangs("), run.log
+
+
+def forks_of(pid: int) -> list[int]:
+    """pid's children that are forks of it (the same command line): its build workers."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return [int(c) for c in children if Path(f"/proc/{c}/cmdline").read_bytes() == command]
+    except OSError:  # one ended meanwhile: look again
+        return []
+
+
+def test_ctrl_c_exits_130_and_takes_the_running_worker_along(tmp_path: Path) -> None:
+    """The worker leads its own process group, out of the terminal's Ctrl-C: the build kills it."""
+    root = copy_project(PROJECTS / "crashy", tmp_path / "crashy")
+    # Files, not pipes: a worker left running would hold a pipe open, and the test would wait.
+    with (tmp_path / "out").open("w+") as out, (tmp_path / "err").open("w+") as err:
+        build = subprocess.Popen(
+            [sys.executable, "-m", "lowerd", "build", "--no-daemon", "hangs"],
+            cwd=root,
+            env=lowerd_env(tmp_path / "cache"),
+            stdout=out,
+            stderr=err,
+            preexec_fn=interruptible,  # Ctrl-C as in a terminal, however the tests were started
+        )
+    workers: list[int] = []
+    try:
+        workers = wait_until(lambda: forks_of(build.pid), what="the build's worker")
+        build.send_signal(signal.SIGINT)
+        build.wait(timeout=RUN_DEADLINE)
+        alive = [worker for worker in workers if process_alive(worker)]
+    finally:
+        build.kill()
+        for worker in workers:  # a failed test leaves no spinning worker behind
+            if process_alive(worker):
+                os.killpg(worker, signal.SIGKILL)
+    stdout, stderr = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
+    assert build.returncode == 130 and stdout == "", (stdout, stderr)
+    assert "lowerd: interrupted" in stderr and TRACEBACK not in stderr, stderr
+    assert alive == [], f"workers {alive} outlived the build"
 
 
 # A model that prints ---------------------------------------------------------------------------

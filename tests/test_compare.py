@@ -22,7 +22,8 @@ from lowerd.project.compare_result import BackendComparison, CompareResult, NotD
 from lowerd.project.config import load_config
 from lowerd.project.result import ErrorInfo, TargetResult
 from lowerd.project.wire import decode, encode
-from lowerd.worker.workers import BuildRequest, WorkerPool
+from lowerd.worker.protocol import WorkerJob
+from lowerd.worker.workers import WorkerPool
 
 from helpers import lowerd
 
@@ -41,8 +42,8 @@ def stamp(path: Path) -> tuple[bytes, int]:
     return path.read_bytes(), path.stat().st_mtime_ns
 
 
-async def build(pool: WorkerPool, request: BuildRequest) -> TargetResult:
-    result = await pool.submit(request, lambda event: None).result()
+async def build(pool: WorkerPool, job: WorkerJob) -> TargetResult:
+    result = await pool.submit(job, lambda event: None).result()
     assert result.ok, result.error
     return result
 
@@ -55,7 +56,7 @@ async def test_each_backend_is_a_normal_build_kept_apart_and_cached(
     config = str(project / "pyproject.toml")
     pool = WorkerPool(max_workers=2)
     try:
-        real = await build(pool, BuildRequest(config, TARGET))  # XNNPACK, as the config says
+        real = await build(pool, WorkerJob(config, TARGET))  # XNNPACK, as the config says
         real_files = [project / "build" / "refused.pte", project / "build/.lowerd/refused.msgpack"]
         before = [stamp(path) for path in real_files]
 
@@ -93,7 +94,7 @@ async def test_each_backend_is_a_normal_build_kept_apart_and_cached(
 
         # A normal build with Vulkan (the editor's `backends` override: build_target under
         # config.with_backends): the compare's numbers, and the compare's blobs serve it.
-        with_vulkan = await build(pool, BuildRequest(config, TARGET, backends=("vulkan",)))
+        with_vulkan = await build(pool, WorkerJob(config, TARGET, backends=("vulkan",)))
         assert numbers(BackendComparison.of("vulkan", with_vulkan)) == numbers(vulkan)
         assert (with_vulkan.cache.hits, with_vulkan.cache.misses) == (2, 0)
     finally:

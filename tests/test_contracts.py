@@ -262,7 +262,16 @@ def test_each_worker_event_reads_back() -> None:
     ]
     for event in events:
         assert parse_event(through_json(event.to_frame())) == event
-    job = WorkerJob("/p/pyproject.toml", "net", 7, 2**30, False, ("vulkan",), True)
+    job = WorkerJob(
+        "/p/pyproject.toml",
+        "net",
+        id=7,
+        timeout=30.0,
+        memory_limit=2**30,
+        use_cache=False,
+        backends=("vulkan",),
+        warm_libraries=True,
+    )
     assert WorkerJob.from_frame(job.to_frame()) == job
 
 

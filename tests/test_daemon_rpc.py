@@ -218,6 +218,19 @@ def test_status_names_the_daemon(served: Path, cache: Path) -> None:
     assert re.search(r"^  refused: last build peaked at \d+ MiB RSS$", run.stdout, re.M), run.log
 
 
+def test_the_daemon_process_never_loads_torch(served: Path, through_daemon: Run) -> None:
+    """It built (through_daemon), in its fork server's workers: torch and ExecuTorch are mapped
+    there, never in the headless daemon itself (as test_server checks of `lowerd serve`)."""
+    assert through_daemon.returncode == 0, through_daemon.log
+    status = daemon_of(served)
+    assert status is not None
+    maps = Path(f"/proc/{status.pid}/maps").read_text()
+    assert "torch" not in maps and "executorch" not in maps
+    # The check can see torch: the daemon's child, the fork server, has it loaded.
+    children = Path(f"/proc/{status.pid}/task/{status.pid}/children").read_text().split()
+    assert any("libtorch" in Path(f"/proc/{pid}/maps").read_text() for pid in children)
+
+
 def _connect_as(uid: int, socket_path: Path) -> dict[str, Any] | str:
     """Ask for the status from a forked child running as `uid`: the reply, or the name of the
     error the connection failed with.

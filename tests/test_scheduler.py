@@ -26,8 +26,7 @@ from lowerd.project.build_state import (
 )
 from lowerd.project.config import ProjectConfig, TargetConfig, load_config
 from lowerd.project.result import TargetResult
-from lowerd.worker.protocol import ProgressEvent, WorkerEvent
-from lowerd.worker.workers import BuildRequest
+from lowerd.worker.protocol import ProgressEvent, WorkerEvent, WorkerJob
 
 from helpers import (
     DEADLINE,
@@ -140,10 +139,10 @@ async def setup(tmp_path: Path) -> Setup:
     config = load_config(project / "pyproject.toml")
     pool, listener = FakePool(), Listener()
 
-    def request_for(target: TargetConfig) -> BuildRequest:
-        return BuildRequest(config_path=str(config.path), target=target.name)
+    def job_for(target: TargetConfig) -> WorkerJob:
+        return WorkerJob(str(config.path), target.name)
 
-    scheduler = Scheduler(pool, listener, request_for, debounce=0)
+    scheduler = Scheduler(pool, listener, job_for, debounce=0)
     scheduler.set_config(config)
     return Setup(scheduler, pool, listener, config)
 

@@ -29,7 +29,7 @@ from lowerd.worker.protocol import (
     parse_fork_server_message,
     parse_fork_server_request,
 )
-from lowerd.worker.workers import BuildRequest, WorkerPool
+from lowerd.worker.workers import WorkerPool
 
 from helpers import DEADLINE
 from stock import PROJECTS, sha256, stock_pte
@@ -57,8 +57,8 @@ async def pool(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Worker
 async def build(pool: WorkerPool, root: Path, target: str, **limits) -> tuple[dict, list[dict]]:
     """The result and the events, as their frames (JSON) for the assertions to read."""
     events: list[dict] = []
-    request = BuildRequest(str(root / "pyproject.toml"), target, **limits)
-    handle = pool.submit(request, lambda event: events.append(event.to_frame()))
+    job = WorkerJob(str(root / "pyproject.toml"), target, **limits)
+    handle = pool.submit(job, lambda event: events.append(event.to_frame()))
     return encode(await handle.result()), events
 
 
@@ -123,7 +123,7 @@ async def test_an_exception_in_user_code_is_reported_at_its_line(
 async def test_a_cancelled_build_ends_and_the_pool_goes_on(pool: WorkerPool, crashy: Path) -> None:
     events: list[dict] = []
     handle = pool.submit(
-        BuildRequest(str(crashy / "pyproject.toml"), "hangs"),
+        WorkerJob(str(crashy / "pyproject.toml"), "hangs"),
         lambda event: events.append(event.to_frame()),
     )
     while handle.pid is None:
@@ -139,7 +139,7 @@ async def test_a_garbage_collection_mid_build_loses_no_result(
     pool: WorkerPool, crashy: Path
 ) -> None:
     # Nothing but the pool holds the build's task: a collection must not destroy it.
-    handle = pool.submit(BuildRequest(str(crashy / "pyproject.toml"), "ok"), lambda _: None)
+    handle = pool.submit(WorkerJob(str(crashy / "pyproject.toml"), "ok"), lambda _: None)
     result = asyncio.ensure_future(handle.result())
     while not result.done():
         gc.collect()
@@ -148,8 +148,9 @@ async def test_a_garbage_collection_mid_build_loses_no_result(
 
 
 async def test_a_killed_fork_server_is_started_again(pool: WorkerPool, crashy: Path) -> None:
-    pool._server.process.kill()
-    pool._server.process.wait()
+    server = await pool.launcher.forker()
+    server.process.kill()
+    server.process.wait()
     result, _ = await build(pool, crashy, "ok")
     assert result["status"] == "ok", result
 
@@ -280,7 +281,7 @@ def test_the_fork_server_channels_messages_read_back_as_sent() -> None:
     def wire(frame: dict) -> object:
         return msgpack.unpackb(msgpack.packb(frame, use_bin_type=True), raw=False)
 
-    job = WorkerJob("/p/pyproject.toml", "net", 7, 2**30, False, ("vulkan",), True)
+    job = WorkerJob("/p/pyproject.toml", "net", id=7, memory_limit=2**30, backends=("vulkan",))
     for request in (job, PreloadRequest(("numpy", "transformers"))):
         assert parse_fork_server_request(wire(request.to_frame())) == request
     messages = [

@@ -45,24 +45,24 @@ def run_compare(
 
 def compare_in_process(batch: CompareBatch, jobs: int) -> tuple[CompareResult, Outcome]:
     """The stale backends built in forked workers of this process, up to `jobs` at once."""
-    from lowerd.cli.build_command import WorkerBuild, import_build_modules, run_worker_builds
     from lowerd.project.project_store import store_for
+    from lowerd.worker.local_builds import build_in_workers, import_build_modules, local_job
 
     batch.answer_up_to_date()
     if batch.stale:
         import_build_modules(store_for(batch.config) if batch.use_cache else None)
-        builds = [
-            WorkerBuild(
-                _label(batch, backend),
+        work = {
+            _label(batch, backend): local_job(
                 batch.config_for(backend),
                 batch.config_for(backend).targets[batch.target.name],
+                batch.use_cache,
                 (backend,),
             )
             for backend in batch.stale
-        ]
+        }
         progress = progress_printer()
         try:
-            built = run_worker_builds(builds, batch.use_cache, jobs, progress)
+            built = build_in_workers(work, jobs, progress)
         finally:
             if progress:
                 progress.clear()

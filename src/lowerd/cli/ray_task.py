@@ -1,9 +1,10 @@
 """The Ray task of `lowerd build --executor ray`: one target built on a cluster node.
 
 It runs in a Ray worker whose working folder is a copy of the project (runtime_env working_dir)
-and builds the target exactly as a local `lowerd build` does: build_in_workers forks a worker
-that runs lowering/build.py's build_target, so user code that exits or crashes ends only that
-fork, and the same result comes back. Outputs and the build record go to a private folder (the
+and builds the target exactly as a local `lowerd build` does: worker/local_builds.py forks a
+worker that runs lowering/build.py's build_target, supervised by the one supervisor
+(worker/workers.py), so user code that exits or crashes ends only that fork, and the same result
+comes back. Outputs and the build record go to a private folder (the
 copy has no out_dir, and an out_dir outside the project must not be written on the node); the
 task returns them as one msgpack payload of plain values (never pickle of lowerd's own), with
 the copy's and the folder's paths, which the client maps back to its own (cli/ray_outputs.py).
@@ -66,7 +67,6 @@ def _build(
     use_cache: bool,
     config_digest: str,
 ) -> dict[str, Any]:
-    from lowerd.cli.build_command import build_in_workers, import_build_modules
     from lowerd.project.batch import Batch
     from lowerd.project.build_state import load_state, state_path
     from lowerd.project.config import load_config
@@ -74,6 +74,7 @@ def _build(
     from lowerd.project.project_store import store_for
     from lowerd.project.result import TargetResult
     from lowerd.project.wire import encode
+    from lowerd.worker.local_builds import build_in_workers, import_build_modules, local_job
 
     try:
         config = load_config(root / config_name)
@@ -87,7 +88,7 @@ def _build(
     config = dataclasses.replace(config, out_dir=out_dir)
     target = config.targets[target_name]
     import_build_modules(store_for(config) if use_cache else None)  # once per Ray worker
-    result = build_in_workers(config, [target], use_cache, jobs=1)[target_name]
+    result = build_in_workers({target_name: local_job(config, target, use_cache)}, 1)[target_name]
     batch = Batch(config, [target], use_cache, results={target_name: result})
     document, _ = batch.outcome()  # the node's cache warnings; a failed target's files removed
     files = {}

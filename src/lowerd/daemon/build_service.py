@@ -17,11 +17,10 @@ from typing import Any
 
 from lowerd.daemon.rpc_messages import PeakInfo, ProgressFrame, RunningBuildInfo
 from lowerd.project.batch import Batch, Outcome
-from lowerd.project.build_state import remember_peak_rss
 from lowerd.project.config import TargetConfig
 from lowerd.project.result import TargetResult
-from lowerd.worker.protocol import PeakRssEvent, ProgressEvent, WorkerEvent
-from lowerd.worker.workers import BuildHandle, BuildRequest, WorkerPool
+from lowerd.worker.protocol import ProgressEvent, WorkerEvent, WorkerJob
+from lowerd.worker.workers import BuildHandle, WorkerPool
 
 # What a build request streams to its client while it runs (daemon/rpc_messages.py).
 Frame = ProgressFrame
@@ -71,8 +70,8 @@ class BuildService:
         now = time.monotonic()
         return [
             RunningBuildInfo(
-                target=build.handle.request.target,
-                config=build.handle.request.config_path,
+                target=build.handle.job.target,
+                config=build.handle.job.config,
                 pid=build.handle.pid,
                 seconds=round(now - build.started, 1),
             )
@@ -134,13 +133,13 @@ class BuildService:
                 answer = await asyncio.to_thread(batch.up_to_date, target)
                 if answer is not None:
                     return answer
-            request = BuildRequest(
+            job = WorkerJob(
                 str(batch.config.path),
                 target.name,
                 timeout=batch.config.timeout,
                 use_cache=batch.use_cache,
             )
-            handle = self.pool.submit(request, lambda event: self._on_event(key, event, send))
+            handle = self.pool.submit(job, lambda event: _send_progress(target, event, send))
             self.running[handle.build_id] = RunningBuild(handle, time.monotonic())
             try:
                 result = await handle.result()
@@ -149,16 +148,14 @@ class BuildService:
                 raise
             finally:
                 del self.running[handle.build_id]
-            peak = self.peak_rss.get(key)
-            if result.ok and peak:  # kept in its record too: a Ray task asks for it (issue 14)
-                await asyncio.to_thread(remember_peak_rss, batch.config, target, peak)
+            if handle.peak_rss:  # the worker kept it in the target's record too
+                self.peak_rss[key] = handle.peak_rss
             return result
 
-    def _on_event(self, key: TargetKey, event: WorkerEvent, send: SendFrame) -> None:
-        if isinstance(event, PeakRssEvent):
-            self.peak_rss[key] = event.bytes
-        elif isinstance(event, ProgressEvent):
-            send(ProgressFrame(key[1], event.stage, event.detail))
+
+def _send_progress(target: TargetConfig, event: WorkerEvent, send: SendFrame) -> None:
+    if isinstance(event, ProgressEvent):
+        send(ProgressFrame(target.name, event.stage, event.detail))
 
 
 def mem_available() -> int | None:

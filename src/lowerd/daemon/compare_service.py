@@ -22,8 +22,8 @@ from lowerd.project.config import ProjectConfig
 from lowerd.project.errors import LowerdError
 from lowerd.project.result import TargetResult
 from lowerd.project.wire import WireError
-from lowerd.worker.protocol import ProgressEvent, WorkerEvent
-from lowerd.worker.workers import BuildRequest, WorkerPool
+from lowerd.worker.protocol import ProgressEvent, WorkerEvent, WorkerJob
+from lowerd.worker.workers import WorkerPool
 
 SendFrame = Callable[[ProgressFrame], None]
 # The language server's command (daemon/commands.py CompareArguments); the editors' "Compare
@@ -67,7 +67,7 @@ class CompareService:
         send: SendFrame | None,
         memory_limit: int | None,
     ) -> TargetResult:
-        request = BuildRequest(
+        job = WorkerJob(
             str(batch.config.path),
             batch.target.name,
             timeout=batch.config.timeout,
@@ -82,7 +82,7 @@ class CompareService:
             if send is not None and isinstance(event, ProgressEvent):
                 send(ProgressFrame(label, event.stage, event.detail))
 
-        handle = self.pool.submit(request, on_event)
+        handle = self.pool.submit(job, on_event)
         try:
             return await handle.result()
         except asyncio.CancelledError:

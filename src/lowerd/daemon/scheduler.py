@@ -22,9 +22,9 @@ from lowerd.project.build_state import discard_failed_output, load_state, up_to_
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.result import TargetResult
 from lowerd.worker.entry_site import entry_file
-from lowerd.worker.protocol import WorkerEvent
+from lowerd.worker.protocol import WorkerEvent, WorkerJob
 from lowerd.worker.tasks import spawn
-from lowerd.worker.workers import BuildHandle, BuildRequest, WorkerPool
+from lowerd.worker.workers import BuildHandle, WorkerPool
 
 DEBOUNCE_SECONDS = 0.2
 # A burst that never pauses (a generator rewriting files for a while) still builds this often.
@@ -61,12 +61,12 @@ class Scheduler:
         self,
         pool: WorkerPool,
         listener: BuildListener,
-        request_for: Callable[[TargetConfig], BuildRequest],
+        job_for: Callable[[TargetConfig], WorkerJob],
         debounce: float = DEBOUNCE_SECONDS,
     ):
         self.pool = pool
         self.listener = listener
-        self.request_for = request_for
+        self.job_for = job_for
         self.debounce = debounce
         self.config: ProjectConfig | None = None
         self.results: dict[str, TargetResult] = {}  # the last result of each target
@@ -192,7 +192,7 @@ class Scheduler:
         build = _Build(name)
         self._targets[name].running = build
         build.handle = self.pool.submit(
-            self.request_for(target), lambda event: self._event(build, event)
+            self.job_for(target), lambda event: self._event(build, event)
         )
         self.listener.build_started(name, build.handle.build_id)
         spawn(self._await_result(build))

@@ -28,8 +28,9 @@ from lowerd.daemon.watcher import ProjectWatcher
 from lowerd.project.config import PYPROJECT, ProjectConfig, TargetConfig, find_config, load_config
 from lowerd.project.errors import ConfigError
 from lowerd.project.result import ErrorInfo, TargetResult
+from lowerd.worker.protocol import WorkerJob
 from lowerd.worker.tasks import spawn
-from lowerd.worker.workers import BuildRequest, WorkerPool
+from lowerd.worker.workers import WorkerPool
 
 
 class SessionListener(BuildListener, Protocol):
@@ -61,7 +62,7 @@ class ProjectSession:
     async def start(self) -> None:
         """Loads the project and builds its targets; watches its files from then on."""
         self.pool = WorkerPool(max_workers=self.settings.workers or self.default_workers)
-        self.scheduler = Scheduler(self.pool, self.listener, self.build_request)
+        self.scheduler = Scheduler(self.pool, self.listener, self.build_job)
         self.watcher = ProjectWatcher(self.root, self.file_changed, asyncio.get_running_loop())
         self.load()
         try:
@@ -187,12 +188,12 @@ class ProjectSession:
             return True
         return self.config is None and path.name == PYPROJECT
 
-    def build_request(self, target: TargetConfig) -> BuildRequest:
+    def build_job(self, target: TargetConfig) -> WorkerJob:
         """What a worker needs to build the target, with the editor's limits."""
         assert self.config is not None
-        return BuildRequest(
-            config_path=str(self.config.path),
-            target=target.name,
+        return WorkerJob(
+            str(self.config.path),
+            target.name,
             timeout=self.settings.timeout(self.config.timeout),
             memory_limit=self.settings.memory_limit,
             backends=self.settings.backends,

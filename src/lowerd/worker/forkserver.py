@@ -1,11 +1,12 @@
 """The warm fork server: imports torch and ExecuTorch once, then forks one fresh worker per build.
 
-Run as `python -m lowerd.worker.forkserver --fd N --parent PID` by the daemon's WorkerPool. It
-talks to the daemon over a SOCK_SEQPACKET socket (one msgpack message per packet); each build
-request carries the write end of a pipe (SCM_RIGHTS), which the forked worker uses to stream its
-events straight to the daemon. A worker imports the user's modules into a fresh process: no
-importlib.reload, and no state left over from the previous build. The fork server itself never
-runs user code.
+Run as `python -m lowerd.worker.forkserver --fd N --parent PID` by the daemon's WorkerPool
+(worker/fork_server_client.py). It talks to the daemon over a SOCK_SEQPACKET socket (one msgpack
+message per packet); each build request carries the write end of a pipe (SCM_RIGHTS), which the
+forked worker uses to stream its events straight to the daemon's supervisor (worker/workers.py).
+fork_worker is also how the in-process CLI and the Ray task fork theirs (worker/local_builds.py).
+A worker imports the user's modules into a fresh process: no importlib.reload, and no state left
+over from the previous build. The fork server itself never runs user code.
 
 messages in:  {"op": "build", ...} (protocol.WorkerJob) + pipe fd, {"op": "preload", "modules"}
               (protocol.PreloadRequest)
@@ -18,6 +19,7 @@ peak_rss, then the result
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import gc
 import logging
@@ -359,6 +361,7 @@ def _flush_output() -> None:
 
 def _build(job: WorkerJob, events: BinaryIO) -> None:
     from lowerd.lowering.build import build_target
+    from lowerd.project.build_state import remember_peak_rss
     from lowerd.project.config import load_config
     from lowerd.project.errors import LowerdError
     from lowerd.project.project_store import store_for
@@ -389,9 +392,14 @@ def _build(job: WorkerJob, events: BinaryIO) -> None:
     result = build_target(config, target, store, progress, reuse=reuse, on_partitioned=partitioned)
     if job.warm_libraries and config.warm_libraries:  # for the server's next forks
         send(LibrariesEvent(tuple(imported_libraries(modules_before, config.root))))
-    # Before the result, so the daemon has it when the build ends: it decides whether a later
-    # build of this target fits in the memory that is free while others run.
-    send(PeakRssEvent(_peak_rss()))
+    # Before the result, so the supervisor has it when the build ends: the daemon decides by
+    # it whether a later build of this target fits in the memory free while others run, and a
+    # Ray task asks for it in the record (issue 14).
+    peak = _peak_rss()
+    if result.ok:
+        with contextlib.suppress(OSError):  # a hint for admission: never worth the result
+            remember_peak_rss(config, target, peak)
+    send(PeakRssEvent(peak))
     send(ResultEvent(_out_of_memory(result, job.memory_limit)))
 
 

@@ -3,21 +3,22 @@ typed: each has to_frame() (the msgpack map on the wire) and a parser from it. T
 unchanged; dicts exist only as frames. The daemon's private-socket requests and answers are
 daemon/rpc_messages.py's.
 
-A build worker's event pipe (worker/forkserver.py writes; worker/workers.py and, in-process,
-cli/build_command.py read), in this order:
+A build worker's event pipe (worker/forkserver.py writes; the supervisor, worker/workers.py,
+reads), in this order:
 
     {"type": "progress", "stage", "detail"}...  {"type": "partitioned", "method", "report"}...
     {"type": "libraries", "modules"}  {"type": "peak_rss", "bytes"}  {"type": "result", "result"}
 
-The fork server's channel (worker/workers.py <-> worker/forkserver.py, one message a packet):
+The fork server's channel (worker/fork_server_client.py <-> worker/forkserver.py, one message
+a packet):
 
     to it:    {"op": "build", ...} (WorkerJob, with the event pipe's fd)
               {"op": "preload", "modules"}
     from it:  {"op": "ready"}  {"op": "started", "id", "pid"}  {"op": "exited", "id", "status"}
               {"op": "preloaded", "imported", "cold", "tainted"}
 
-What a worker is asked to build (the fork server's "build" message, and cli/build_command.py's
-in-process fork): WorkerJob.
+What a worker is asked to build, whoever supervises it (the daemon's pool through the fork
+server, or the in-process CLI's and the Ray task's through forks of their own): WorkerJob.
 
 Nothing here imports asyncio or torch: the CLI client reads these frames.
 """
@@ -25,7 +26,7 @@ Nothing here imports asyncio or torch: the CLI client reads these frames.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Literal
 
 from lowerd.project.report_model import MethodReport
@@ -44,19 +45,22 @@ class ProtocolError(Exception):
 
 @dataclass(frozen=True)
 class WorkerJob:
-    """One target to build in a forked worker: the fork server's "build" message (with `id`),
-    or the in-process `lowerd build`'s fork (without)."""
+    """One target to build in a forked worker, and the limits its supervisor holds it to
+    (worker/workers.py WorkerPool): what the daemon, the in-process CLI and the Ray task submit,
+    and, with the pool's `id`, the fork server's "build" message."""
 
     config: str  # the project's pyproject.toml
     target: str
-    id: int = 0
+    _: KW_ONLY
+    timeout: float | None = None  # seconds: past it the supervisor kills the worker
     memory_limit: int | None = None  # bytes of address space (RLIMIT_AS)
     use_cache: bool = True
-    backends: tuple[str, ...] | None = None  # the editor's override of the config's backends
-    warm_libraries: bool = False  # report the libraries it imported (for the fork server)
-    # Where its outputs and build record go instead of the config's out_dir: a Ray task's own
-    # folder, never the project's (cli/ray_task.py).
+    backends: tuple[str, ...] | None = None  # overrides the config's (the editor's, a compare's)
+    # Where its outputs and build record go instead of the config's out_dir: a compare's
+    # private folder (project/compare.py), a Ray task's own (cli/ray_task.py).
     out_dir: str | None = None
+    warm_libraries: bool = False  # report the libraries it imported (for the fork server)
+    id: int = 0  # the pool's number for the build, on the fork server's channel
 
     def to_frame(self) -> Frame:
         return {
@@ -64,6 +68,7 @@ class WorkerJob:
             "id": self.id,
             "config": self.config,
             "target": self.target,
+            "timeout": self.timeout,
             "memory_limit": self.memory_limit,
             "use_cache": self.use_cache,
             "backends": list(self.backends) if self.backends else None,
@@ -78,6 +83,7 @@ class WorkerJob:
             config=str(frame["config"]),
             target=str(frame["target"]),
             id=int(frame.get("id") or 0),
+            timeout=frame.get("timeout"),
             memory_limit=frame.get("memory_limit"),
             use_cache=bool(frame.get("use_cache", True)),
             backends=tuple(backends) if backends else None,
@@ -160,7 +166,7 @@ def parse_event(frame: Mapping[str, Any]) -> WorkerEvent:
     raise ProtocolError(f"type: unknown worker event {kind!r}")
 
 
-# The fork server's channel (worker/workers.py <-> worker/forkserver.py) -------------------------
+# The fork server's channel (worker/fork_server_client.py <-> worker/forkserver.py) -------------
 
 
 @dataclass(frozen=True)
