@@ -273,7 +273,16 @@ SAMPLES: dict[str, tuple[type, Callable[[], object]]] = {
 # The messages between lowerd's processes (worker/protocol.py, daemon/rpc_messages.py) ----------
 
 MESSAGES: dict[str, Callable[[], object]] = {
-    "worker_job": lambda: WorkerJob("/p/pyproject.toml", "net", 7, 2**30, False, ("vulkan",), True),
+    "worker_job": lambda: WorkerJob(
+        "/p/pyproject.toml",
+        "net",
+        id=7,
+        timeout=30.0,
+        memory_limit=2**30,
+        use_cache=False,
+        backends=("vulkan",),
+        warm_libraries=True,
+    ),
     "worker_job.ray": lambda: WorkerJob("/p/pyproject.toml", "net", out_dir="/tmp/ray/out"),
     "event.progress": lambda: ProgressEvent("preprocess", "3/42"),
     "event.progress.bare": lambda: ProgressEvent("load"),
