@@ -1,7 +1,8 @@
 """The editors' test fixtures, written from Python: what the VS Code tests
 (editors/vscode/test/fixtures) and the Neovim unit tests (editors/neovim/test/fixtures) read is
 what project/wire.py writes for the server's classes. `python tests/editor_fixtures.py` writes
-them; tests/test_wire_schema.py checks that the checked-in ones are what it writes.
+them (and the build record's format of a new STATE_VERSION); tests/test_wire_schema.py checks
+that the checked-in ones are what it writes.
 
 Two kinds. Documents recorded from real runs (a build of tests/projects/basic, of a Llama, a
 compare; paths rewritten to /project) are their own source: read as their class, strictly, and
@@ -14,13 +15,17 @@ the extension must still read.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from lowerd.cli.wire_documents import lowerd_schema
 from lowerd.daemon.commands import ReportAnswer, UnbuiltTarget
 from lowerd.project.batch import BuildDocument
+from lowerd.project.build_state import STATE_VERSION
 from lowerd.project.compare_result import BackendComparison, CompareResult, NotDelegatedGroup
 from lowerd.project.report_model import MethodReport, NotDelegatedOp, PartitionSummary
 from lowerd.project.result import CacheCounts, ErrorInfo, SourceSite, TargetResult
@@ -29,6 +34,9 @@ from lowerd.project.wire import decode, encode
 REPO = Path(__file__).resolve().parent.parent
 VSCODE = REPO / "editors/vscode/test/fixtures"
 NEOVIM = REPO / "editors/neovim/test/fixtures"
+# The build record's format as of this STATE_VERSION: written once, when there is none, never
+# over one (tests/test_wire_schema.py holds the classes to it until the version changes).
+RECORD_FORMAT = REPO / f"tests/golden/build-record-v{STATE_VERSION}.schema.json"
 
 
 def indented(value: object) -> str:
@@ -135,8 +143,22 @@ def written() -> dict[Path, str]:
     return {path: make() for path, make in FIXTURES.items()}
 
 
+def record_definitions(schema: dict[str, Any]) -> dict[str, Any]:
+    """The definitions a build record uses, without their words."""
+    definitions, found, todo = schema["$defs"], {}, ["BuildRecord"]
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found[name] = {k: v for k, v in definitions[name].items() if k != "description"}
+            todo += re.findall(r'"#/\$defs/(\w+)"', json.dumps(found[name]))
+    return dict(sorted(found.items()))
+
+
 def main() -> int:
-    for path, text in written().items():
+    texts = written()
+    if not RECORD_FORMAT.exists():
+        texts[RECORD_FORMAT] = json.dumps(record_definitions(lowerd_schema()), indent=1) + "\n"
+    for path, text in texts.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         print(f"wrote {path.relative_to(REPO)}")

@@ -11,6 +11,7 @@ import pytest
 
 from lowerd.daemon import build_service
 from lowerd.daemon.build_service import BuildService
+from lowerd.project.wire import encode
 
 from helpers import FakePool, async_wait_until
 
@@ -29,9 +30,7 @@ def start_batch(
 ) -> tuple[asyncio.Task, list[dict]]:
     frames: list[dict] = []
     config = str(project / "pyproject.toml")
-    batch = service.build(
-        config, targets, True, jobs, lambda frame: frames.append(frame.to_frame())
-    )
+    batch = service.build(config, targets, True, jobs, lambda frame: frames.append(encode(frame)))
     return asyncio.create_task(batch), frames
 
 

@@ -142,7 +142,7 @@ def test_the_socket_takes_a_compare_request_checked_whole() -> None:
         "backends": ["vulkan"],
     }
     assert parse_request(frame) == CompareCall("/p/pyproject.toml", TARGET, ("vulkan",))
-    assert parse_request(CompareCall("/p", TARGET).to_frame()) == CompareCall("/p", TARGET)
+    assert parse_request(encode(CompareCall("/p", TARGET))) == CompareCall("/p", TARGET)
     with pytest.raises(RequestError, match="backends"):
         parse_request({**frame, "backends": "vulkan"})
     with pytest.raises(RequestError, match="jobs: unknown field"):

@@ -56,6 +56,7 @@ from lowerd.worker.protocol import (
     ResultEvent,
     WorkerJob,
     parse_event,
+    parse_fork_server_request,
 )
 
 DOCUMENT_KEYS = {
@@ -219,9 +220,9 @@ def test_parse_request_makes_the_typed_request_of_each_op() -> None:
     assert parse_request({"op": "stop"}) == StopCall()
     # What a client sends is what the daemon parses.
     call = BuildCall("/p/pyproject.toml", ("a", "b"), False, 3)
-    assert parse_request(call.to_frame()) == call
-    assert parse_request(StatusCall().to_frame()) == StatusCall()
-    assert parse_request(StopCall().to_frame()) == StopCall()
+    assert parse_request(encode(call)) == call
+    assert parse_request(encode(StatusCall())) == StatusCall()
+    assert parse_request(encode(StopCall())) == StopCall()
     with pytest.raises(RequestError, match="jobs"):
         parse_request({**build, "jobs": 0})
     with pytest.raises(RequestError, match="op"):
@@ -243,8 +244,8 @@ def test_each_reply_frame_reads_back() -> None:
         ErrorFrame("uid 0 may not use this daemon"),
     ]
     for reply in replies:
-        assert parse_reply(through_json(reply.to_frame())) == reply
-    assert FinalFrame(None, "ok").to_frame() == {
+        assert parse_reply(through_json(encode(reply))) == reply
+    assert encode(FinalFrame(None, "ok")) == {
         "type": "final",
         "document": None,
         "outcome": "ok",
@@ -261,7 +262,7 @@ def test_each_worker_event_reads_back() -> None:
         ResultEvent(built()),
     ]
     for event in events:
-        assert parse_event(through_json(event.to_frame())) == event
+        assert parse_event(through_json(encode(event))) == event
     job = WorkerJob(
         "/p/pyproject.toml",
         "net",
@@ -272,7 +273,7 @@ def test_each_worker_event_reads_back() -> None:
         backends=("vulkan",),
         warm_libraries=True,
     )
-    assert WorkerJob.from_frame(job.to_frame()) == job
+    assert parse_fork_server_request(encode(job)) == job
 
 
 # The language server's commands (daemon/commands.py) ---------------------------------------

@@ -403,6 +403,9 @@ async def test_the_graph_view_is_the_html_report_of_the_last_build(editor: Edito
     assert "two_methods" not in page and 'id="t-net-' not in page
     unknown = await editor.execute_command("lowerd.reportPage", "nope")
     assert unknown == {"error": "unknown targets: nope"}
+    # An argument of the wrong type: the converter's error, in the command's own answer.
+    wrong = await editor.execute_command("lowerd.reportPage", 5)
+    assert wrong == {"error": "targets[0]: expected str, got int 5"}
 
 
 async def test_commands_report_and_build(editor: Editor) -> None:

@@ -17,6 +17,7 @@ from lowerd.project.build_state import STATE_VERSION, read_record
 from lowerd.project.compare_result import CompareResult
 from lowerd.project.result import TargetResult
 from lowerd.project.wire import WireError, decode, encode
+from lowerd.worker.protocol import WorkerJob
 
 from helpers import TESTS
 
@@ -42,7 +43,14 @@ def test_each_shape_writes_what_the_hand_written_method_wrote(name: str) -> None
 
 @pytest.mark.parametrize("name", sorted(MESSAGES))
 def test_each_message_writes_the_frame_it_wrote(name: str) -> None:
-    assert text(MESSAGES[name]().to_frame()) == text(RECORDED[name])  # type: ignore[attr-defined]
+    assert text(encode(MESSAGES[name]())) == text(RECORDED[name])
+
+
+def test_a_job_without_backends_or_folder_is_one_with_none() -> None:
+    """As the hand-written to_frame wrote an empty backends or out_dir: null."""
+    bare = WorkerJob("/p/pyproject.toml", "net", backends=(), out_dir="")
+    assert bare == WorkerJob("/p/pyproject.toml", "net")
+    assert (encode(bare)["backends"], encode(bare)["out_dir"]) == (None, None)
 
 
 def test_a_value_reads_back_equal() -> None:
@@ -56,7 +64,7 @@ def test_a_value_reads_back_equal() -> None:
     ("change", "problem"),
     [
         (lambda d: d.pop("name"), "name: missing"),
-        (lambda d: d.update(shape="round"), "(the document): unknown field shape"),
+        (lambda d: d.update(shape="round"), "shape: unknown field"),
         (lambda d: d.update(seconds="1.5"), "seconds: expected float, got str '1.5'"),
         (lambda d: d["cache"].update(hits=True), "cache.hits: expected int, got bool True"),
         (

@@ -58,7 +58,7 @@ async def build(pool: WorkerPool, root: Path, target: str, **limits) -> tuple[di
     """The result and the events, as their frames (JSON) for the assertions to read."""
     events: list[dict] = []
     job = WorkerJob(str(root / "pyproject.toml"), target, **limits)
-    handle = pool.submit(job, lambda event: events.append(event.to_frame()))
+    handle = pool.submit(job, lambda event: events.append(encode(event)))
     return encode(await handle.result()), events
 
 
@@ -124,7 +124,7 @@ async def test_a_cancelled_build_ends_and_the_pool_goes_on(pool: WorkerPool, cra
     events: list[dict] = []
     handle = pool.submit(
         WorkerJob(str(crashy / "pyproject.toml"), "hangs"),
-        lambda event: events.append(event.to_frame()),
+        lambda event: events.append(encode(event)),
     )
     while handle.pid is None:
         await asyncio.sleep(0.05)
@@ -216,9 +216,10 @@ async def test_a_library_a_build_imported_is_warm_for_the_next_until_packages_ch
 _PRELOAD = """
 import json, sys
 from lowerd.worker.forkserver import _import_libraries, _thread_count
+from lowerd.project.wire import encode
 names = sys.argv[1:]
 threads = _thread_count()
-reply = _import_libraries(names).to_frame()
+reply = encode(_import_libraries(names))
 reply["loaded"] = [m for m in names if m in sys.modules]
 reply["threads_added"] = _thread_count() - threads
 print(json.dumps(reply))
@@ -283,7 +284,7 @@ def test_the_fork_server_channels_messages_read_back_as_sent() -> None:
 
     job = WorkerJob("/p/pyproject.toml", "net", id=7, memory_limit=2**30, backends=("vulkan",))
     for request in (job, PreloadRequest(("numpy", "transformers"))):
-        assert parse_fork_server_request(wire(request.to_frame())) == request
+        assert parse_fork_server_request(wire(encode(request))) == request
     messages = [
         ReadyMessage(),
         StartedMessage(7, 4242),
@@ -291,18 +292,18 @@ def test_the_fork_server_channels_messages_read_back_as_sent() -> None:
         PreloadedMessage(2, ("starts_a_thread",), True),
     ]
     for message in messages:
-        assert parse_fork_server_message(wire(message.to_frame())) == message
+        assert parse_fork_server_message(wire(encode(message))) == message
     # The documented frames (worker/forkserver.py), unchanged.
-    assert [m.to_frame() for m in messages] == [
+    assert [encode(m) for m in messages] == [
         {"op": "ready"},
         {"op": "started", "id": 7, "pid": 4242},
         {"op": "exited", "id": 7, "status": 9},
         {"op": "preloaded", "imported": 2, "cold": ["starts_a_thread"], "tainted": True},
     ]
-    assert PreloadRequest(("numpy",)).to_frame() == {"op": "preload", "modules": ["numpy"]}
+    assert encode(PreloadRequest(("numpy",))) == {"op": "preload", "modules": ["numpy"]}
     with pytest.raises(ProtocolError, match="unknown"):
         parse_fork_server_message({"op": "finished"})
-    with pytest.raises(ProtocolError, match="malformed started"):
+    with pytest.raises(ProtocolError, match="pid: missing"):
         parse_fork_server_message({"op": "started", "id": 7})
     with pytest.raises(ProtocolError, match="expected a map"):
         parse_fork_server_request([1, 2])

@@ -47,6 +47,7 @@ from lowerd.project.config import (
     load_config,
     select_targets,
 )
+from lowerd.project.wire import encode
 from lowerd.worker.frames import FrameError, encode_frame, read_frame
 from lowerd.worker.protocol import ProtocolError
 
@@ -238,7 +239,7 @@ def ask(
             raise DaemonUnreachable(message) from None
         if peer_uid(connection) != os.geteuid():
             raise DaemonUnreachable(f"the socket {status.socket} is another user's")
-        connection.sendall(encode_frame(request.to_frame()))
+        connection.sendall(encode_frame(encode(request)))
         with connection.makefile("rb") as replies:
             try:
                 while (frame := read_frame(replies)) is not None:

@@ -21,19 +21,23 @@ from lowerd.daemon.commands import (
     ScriptAnswer,
     TargetNames,
 )
+from lowerd.daemon.rpc_messages import REPLIES, REQUESTS
+from lowerd.daemon.runtime import DaemonStatus
 from lowerd.project.batch import BuildDocument
 from lowerd.project.build_state import BuildRecord
 from lowerd.project.compare_result import CompareResult
 from lowerd.project.explain_document import ExplainAnswer
 from lowerd.project.wire_schema import schema_of
+from lowerd.worker.protocol import EVENTS, FORK_SERVER_MESSAGES, PreloadRequest, WorkerJob
 
 SCHEMA_PATH = Path("docs/schema/lowerd.schema.json")
 
-ROOTS: dict[str, type] = {
+ROOTS: dict[str, type | tuple[type, ...]] = {
     "`lowerd build --json`, and the document of the daemon's answer to a build": BuildDocument,
     "`lowerd compare --json`, and the language server's lowerd.compare answer": CompareResult,
     "`lowerd explain --json`, and the language server's lowerd.explain answer": ExplainAnswer,
     "a build record, out_dir/.lowerd/TARGET.msgpack (msgpack)": BuildRecord,
+    "a running daemon's status file ($XDG_RUNTIME_DIR/lowerd/SCOPE.json)": DaemonStatus,
     "the arguments of lowerd.build, lowerd.report, lowerd.reportPage, lowerd.stockScript and"
     " lowerd.explain, in order ([NAME, ...] or [[NAME, ...]])": TargetNames,
     "the arguments of lowerd.compare, in order ([TARGET, BACKENDS?])": CompareArguments,
@@ -44,6 +48,14 @@ ROOTS: dict[str, type] = {
     "the language server's lowerd.compare answer when it compared nothing": CompareRefusal,
     "the language server's lowerd/buildStarted notification": BuildStarted,
     "the language server's lowerd/buildFinished notification": BuildFinished,
+    "a request on the daemon's private socket (a msgpack frame)": REQUESTS,
+    "an answer on the daemon's private socket (a msgpack frame)": REPLIES,
+    "an event on a build worker's pipe (a msgpack frame)": EVENTS,
+    "a message from the fork server to the daemon (msgpack)": FORK_SERVER_MESSAGES,
+    "a message to the fork server: a build worker's job, or a preload (msgpack)": (
+        WorkerJob,
+        PreloadRequest,
+    ),
 }
 
 

@@ -5,20 +5,11 @@ or the editor's language server's, so that CLI clients and the editor share one 
 project root, its warm workers and what it knows.
 
 The wire is length-prefixed msgpack frames (worker/frames.py), never pickle; one request per
-connection, each request and reply typed in daemon/rpc_messages.py:
+connection, each request and reply typed in daemon/rpc_messages.py.
 
-    build   {"op": "build", "config": str, "targets": [str], "use_cache": bool, "jobs": int >= 1}
-            -> {"type": "progress", "target", "stage", "detail"}...
-            -> {"type": "final", "document", "outcome": "ok"|"target_failed"|"usage", "message"}
-    compare {"op": "compare", "config": str, "target": str, "backends": [str], "use_cache": bool}
-            -> progress... -> final (its document: project/compare_result.py CompareResult)
-    status  {"op": "status"} -> {"type": "status", "status", "builds", "peaks"}
-    stop    {"op": "stop"}   -> {"type": "stopping"}
-    refused, malformed or unknown -> {"type": "error", "message"}
-
-A request is checked whole before anything is done (parse_request): a frame that is not msgpack,
-not a map, of an unknown op, or with a field missing, unknown or of the wrong type is answered
-with an error frame naming the field; the client prints it and exits 2.
+A request is checked whole before anything is done (parse_request, by project/wire.py): a frame
+that is not msgpack, not a map, of an unknown op, or with a field missing, unknown or of the wrong
+type is answered with an error frame naming the field; the client prints it and exits 2.
 
 A client that closes its end before the final frame (Ctrl-C, killed) cancels its builds. Only
 the daemon's own user may connect: the folder is 0700 and the socket 0600, and the peer's uid is
@@ -33,12 +24,12 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict
 from typing import Any
 
 from lowerd.daemon.build_service import BuildService
 from lowerd.daemon.compare_service import CompareService
 from lowerd.daemon.rpc_messages import (
+    REQUESTS,
     BuildCall,
     CompareCall,
     ErrorFrame,
@@ -48,7 +39,6 @@ from lowerd.daemon.rpc_messages import (
     Request,
     StatusCall,
     StatusFrame,
-    StopCall,
     StoppingFrame,
 )
 from lowerd.daemon.runtime import (
@@ -63,7 +53,7 @@ from lowerd.daemon.runtime import (
 from lowerd.project.batch import Outcome
 from lowerd.project.config import ProjectConfig
 from lowerd.project.errors import ConfigError, LowerdError
-from lowerd.project.wire import encode
+from lowerd.project.wire import WireError, decode_tagged, encode
 from lowerd.worker.frames import FrameError, encode_frame, read_frame_async
 
 log = logging.getLogger(__name__)
@@ -77,74 +67,13 @@ class RequestError(Exception):
     """A request the daemon does not act on; the message names the field that is wrong."""
 
 
-_BUILD_FIELDS = frozenset({"op", "config", "targets", "use_cache", "jobs"})
-_COMPARE_FIELDS = frozenset({"op", "config", "target", "backends", "use_cache"})
-
-
-def parse_request(frame: dict[str, Any]) -> Request:
-    """The request a decoded frame makes; RequestError naming the field when it makes none."""
-    op = frame.get("op")
-    if op == "build":
-        _only_fields(frame, _BUILD_FIELDS)
-        if "config" not in frame:
-            raise RequestError("config: missing (the path of the project's pyproject.toml)")
-        return BuildCall(
-            config=_string(frame["config"], "config"),
-            targets=_strings(frame.get("targets", []), "targets"),
-            use_cache=_boolean(frame.get("use_cache", True), "use_cache"),
-            jobs=_positive_int(frame.get("jobs", 1), "jobs"),
-        )
-    if op == "compare":
-        _only_fields(frame, _COMPARE_FIELDS)
-        for name in ("config", "target"):
-            if name not in frame:
-                raise RequestError(f"{name}: missing")
-        return CompareCall(
-            config=_string(frame["config"], "config"),
-            target=_string(frame["target"], "target"),
-            backends=_strings(frame.get("backends", []), "backends"),
-            use_cache=_boolean(frame.get("use_cache", True), "use_cache"),
-        )
-    if op in ("status", "stop"):
-        _only_fields(frame, frozenset({"op"}))
-        return StatusCall() if op == "status" else StopCall()
-    raise RequestError(f"op: unknown request {_shown(op)}; expected build, compare, status or stop")
-
-
-def _only_fields(frame: dict[str, Any], known: frozenset[str]) -> None:
-    unknown = sorted(map(str, set(frame) - known))
-    if unknown:
-        raise RequestError(f"{unknown[0]}: unknown field of a {frame['op']!r} request")
-
-
-def _string(value: Any, field: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise RequestError(f"{field}: expected a non-empty string, got {_shown(value)}")
-    return value
-
-
-def _strings(value: Any, field: str) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise RequestError(f"{field}: expected a list of strings, got {_shown(value)}")
-    return tuple(_string(item, f"{field}[{index}]") for index, item in enumerate(value))
-
-
-def _boolean(value: Any, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise RequestError(f"{field}: expected true or false, got {_shown(value)}")
-    return value
-
-
-def _positive_int(value: Any, field: str) -> int:
-    # bool is an int to Python, not to a client that meant a count.
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RequestError(f"{field}: expected an integer of at least 1, got {_shown(value)}")
-    return value
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+def parse_request(frame: Any) -> Request:
+    """The request a decoded frame makes; RequestError naming each field that is wrong."""
+    try:
+        request: Request = decode_tagged(REQUESTS, frame, "request")
+    except WireError as error:
+        raise RequestError(str(error)) from error
+    return request
 
 
 class RpcServer:
@@ -238,7 +167,7 @@ class RpcServer:
         elif isinstance(request, CompareCall):
             await self._compare(request, reader, writer)
         elif isinstance(request, StatusCall):
-            status = asdict(self.status) if self.status is not None else {}
+            status = encode(self.status) if self.status is not None else {}
             builds, peaks = tuple(self.service.builds()), tuple(self.service.peaks())
             await _reply(writer, StatusFrame(status, builds, peaks))
         elif self.kind == "headless":  # stop
@@ -275,7 +204,7 @@ class RpcServer:
 def _sender(writer: asyncio.StreamWriter) -> Callable[[ProgressFrame], None]:
     def send(frame: ProgressFrame) -> None:
         if not writer.is_closing():
-            writer.write(encode_frame(frame.to_frame()))
+            writer.write(encode_frame(encode(frame)))
 
     return send
 
@@ -317,7 +246,7 @@ def _final_frame(build: asyncio.Task[tuple[dict[str, Any], Outcome]]) -> FinalFr
 
 
 async def _reply(writer: asyncio.StreamWriter, frame: Reply) -> None:
-    writer.write(encode_frame(frame.to_frame()))
+    writer.write(encode_frame(encode(frame)))
     await writer.drain()
 
 

@@ -21,7 +21,7 @@ import stat
 import struct
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from lowerd.cache.atomic import write_atomic
 from lowerd.project.build_state import tool_versions
 from lowerd.project.config import ProjectConfig
 from lowerd.project.version import LOWERD_VERSION
+from lowerd.project.wire import decode, encode
 
 # Environment a build reads in the daemon's processes rather than the client's: a client with
 # other values must not be served by a daemon started with these.
@@ -215,15 +216,15 @@ def new_status(paths: DaemonPaths, config: ProjectConfig, kind: str) -> DaemonSt
 
 def write_status(paths: DaemonPaths, status: DaemonStatus) -> None:
     # 0600, as read_status requires; the rename makes a reader see all of it or none.
-    write_atomic(paths.status, json.dumps(asdict(status)).encode(), mode=0o600)
+    write_atomic(paths.status, json.dumps(encode(status)).encode(), mode=0o600)
 
 
 def read_status(paths: DaemonPaths) -> DaemonStatus | None:
     """The running daemon's status; None when there is none. A dead daemon's files are removed."""
     try:
         check_private(paths.status, stat.S_ISREG, 0o600)
-        status = DaemonStatus(**json.loads(paths.status.read_text()))
-    except (RuntimeDirError, OSError, ValueError, TypeError):
+        status = decode(DaemonStatus, json.loads(paths.status.read_text()))
+    except (RuntimeDirError, OSError, ValueError):  # a WireError is a ValueError
         return None  # missing, or not a status file lowerd wrote: nothing to trust or remove
     if process_alive(status.pid) and InstanceLock(paths).held():
         return status

@@ -1,18 +1,19 @@
 """One converter for every shape that crosses a process or language boundary: the `--json`
 documents, the worker pipe's and the daemon socket's msgpack frames, the build records on disk
-and the editors' payloads. Each shape is a dataclass; its wire form is derived from its fields:
+and the editors' payloads (docs/schema/README.md). Each shape is a dataclass; its wire form is
+derived from its fields:
 
     encode(value)      -> dicts, lists and scalars, keys in the fields' order
     decode(cls, raw)   -> the class, checked whole: a key it does not know, a missing field
                           without a default, a value of the wrong type is a WireError naming
-                          each one by its path ("methods.forward.ops: expected int, got str")
+                          each one by its path ("methods['forward'].ops: expected int, got str")
 
-What a class's fields cannot say, it says once, beside them: wire_field(omit_none=True) for a
-key written only when it has a value, wire_field(digits=3) for a rounded float,
-@wire_shape(computed=..., order=...) for what it writes besides its fields (properties computed
-from them, read back by recomputing, never from the wire) and a key order other than the
-fields', and wire_form() for a class that travels as another (a compact form). Everything else
-is cattrs' own. project/wire_schema.py derives the JSON Schema from the same. No torch here.
+What a class's fields cannot say, it says once, beside them: wire_field(omit_none, digits, key,
+check, rest) on a field; @wire_shape(computed, order, tag, positional) on the class (properties
+written besides the fields and never read back, another key order, the tag that names a message
+among others on one wire, a list instead of a map); wire_form() for a class that travels as
+another (a compact form). Everything else is cattrs' own. project/wire_schema.py derives the
+JSON Schema from the same. No torch here.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar, get_args, get_origin
+from typing import Any, TypeVar, get_args, get_origin, get_type_hints
 
 from cattrs import Converter
 from cattrs.cols import homogenous_tuple_structure_factory, list_structure_factory
@@ -50,6 +51,8 @@ class FieldOptions:
     digits: int | None = None  # a float written rounded to this many decimals
     key: str | None = None  # the key, when not the field's name (a camelCase one)
     rest: bool = False  # a positional class's last field, a tuple: the rest of its list
+    # What a value of the right type may still be wrong in ("expected ..."), else None.
+    check: Callable[[Any], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ class ShapeOptions:
     # Sent as a list, the fields in order (a command's arguments); a last field marked
     # wire_field(rest=True) takes the rest of the list. read_positional reads it.
     positional: bool = False
+    # (key, value) written first, naming the message among others on one wire: ("op", "build").
+    # decode_tagged reads a message of any of several classes by it.
+    tag: tuple[str, str] | None = None
 
 
 def wire_field(
@@ -70,9 +76,10 @@ def wire_field(
     digits: int | None = None,
     key: str | None = None,
     rest: bool = False,
+    check: Callable[[Any], str | None] | None = None,
 ) -> dict[str, Any]:
     """A field's metadata for its wire form: field(default=None, metadata=wire_field(...))."""
-    return {_WIRE: FieldOptions(omit_none, digits, key, rest)}
+    return {_WIRE: FieldOptions(omit_none, digits, key, rest, check)}
 
 
 def wire_key(field: dataclasses.Field[Any]) -> str:
@@ -80,13 +87,19 @@ def wire_key(field: dataclasses.Field[Any]) -> str:
 
 
 def wire_shape(
-    *, computed: Sequence[str] = (), order: Sequence[str] = (), positional: bool = False
+    *,
+    computed: Sequence[str] = (),
+    order: Sequence[str] = (),
+    positional: bool = False,
+    tag: str | None = None,
 ) -> Callable[[C], C]:
-    """A class decorator: what the class writes besides its fields, in which key order, or that
-    it travels as a list."""
+    """A class decorator: what the class writes besides its fields, in which key order, that
+    it travels as a list, or the key of the tag it is known by (its value the class's ClassVar
+    of that name: op: ClassVar[str] = "build")."""
 
     def mark(cls: C) -> C:
-        options = ShapeOptions(tuple(computed), tuple(order), positional)
+        tagged = (tag, str(getattr(cls, tag))) if tag else None
+        options = ShapeOptions(tuple(computed), tuple(order), positional, tagged)
         cls.__wire_shape__ = options  # type: ignore[attr-defined]
         return cls
 
@@ -142,6 +155,20 @@ def decode_as(annotation: Any, raw: object) -> Any:
         raise WireError(problems(error)) from error
 
 
+def decode_tagged(classes: Sequence[type[T]], raw: object, what: str) -> T:
+    """A message of one of the tagged `classes` (their tags under one key), by its tag;
+    WireError naming an unknown tag or what is wrong in the message."""
+    tags = {shape_options(cls).tag: cls for cls in classes}
+    key = next(iter(tags))[0]  # type: ignore[index]
+    if not isinstance(raw, Mapping):
+        raise WireError([f"expected a map, got {_shown(raw)}"])
+    cls = tags.get((key, raw.get(key)))  # type: ignore[arg-type]
+    if cls is None:
+        known = ", ".join(tag[1] for tag in tags if tag is not None)
+        raise WireError([f"{key}: unknown {what} {raw.get(key)!r}; expected {known}"])
+    return decode(cls, raw)
+
+
 def read_positional(cls: type[T], raw: Sequence[Any]) -> T:
     """A positional class (wire_shape(positional=True)) from its list: the fields in order, the
     rest of the list in a last field marked rest; WireError naming what is wrong."""
@@ -172,15 +199,11 @@ def problems(error: BaseException, path: str = "") -> list[str]:
         for inner in without:
             found += problems(inner, path)
         return found
-    return [f"{path or '(the document)'}: {_reason(error)}"]
-
-
-def _reason(error: BaseException) -> str:
     if isinstance(error, ForbiddenExtraKeysError):
-        return f"unknown field {', '.join(sorted(map(str, error.extra_fields)))}"
-    if isinstance(error, KeyError):
-        return "missing"
-    return str(error)
+        where = f"{path}." if path else ""
+        return [f"{where}{key}: unknown field" for key in sorted(map(str, error.extra_fields))]
+    reason = "missing" if isinstance(error, KeyError) else str(error)
+    return [f"{path}: {reason}" if path else reason]
 
 
 def strict_scalar(accepted: tuple[type, ...], value: Any, declared: type) -> Any:
@@ -219,17 +242,16 @@ def _encoder(cls: type, converter: Converter) -> Callable[[Any], dict[str, Any]]
         **overrides,  # type: ignore[arg-type]
     )
     shape = shape_options(cls)
-    if not shape.computed and not shape.order:
+    if not shape.computed and not shape.order and not shape.tag:
         return fields_only
+    tagged = dict([shape.tag]) if shape.tag else {}
 
     def with_computed(value: Any) -> dict[str, Any]:
         document = fields_only(value)
         for name in shape.computed:
             document[name] = converter.unstructure(getattr(value, name))
-        if not shape.order:
-            return document
         ordered = {key: document.pop(key) for key in shape.order if key in document}
-        return ordered | document
+        return tagged | ordered | document
 
     return with_computed
 
@@ -239,25 +261,51 @@ def _rounder(digits: int) -> Callable[[float], float]:
 
 
 def _decoder(cls: type, converter: Converter) -> Callable[[Any, Any], Any]:
-    renamed = {
-        field.name: override(rename=wire_key(field))
+    hints = get_type_hints(cls)
+    overrides = {
+        field.name: override(
+            rename=options.key,
+            struct_hook=_checking(converter, hints[field.name], options.check),
+        )
         for field in dataclasses.fields(cls)
-        if field_options(field).key
+        if (options := field_options(field)).key or options.check
     }
     fields_only: Callable[[Any, Any], Any] = make_dict_structure_fn(
         cls,
         converter,
         _cattrs_forbid_extra_keys=True,
-        **renamed,  # type: ignore[arg-type]
+        **overrides,  # type: ignore[arg-type]
     )
-    computed = shape_options(cls).computed
+    shape = shape_options(cls)
+    not_fields = set(shape.computed) | ({shape.tag[0]} if shape.tag else set())
 
     def checked(raw: Any, _: Any) -> Any:
         if not isinstance(raw, Mapping):
             raise TypeError(f"expected a map, got {_shown(raw)}")
-        if computed:
-            raw = {key: value for key, value in raw.items() if key not in computed}
+        if shape.tag and raw.get(shape.tag[0]) != shape.tag[1]:
+            found = _shown(raw.get(shape.tag[0]))
+            raise ValueError(f"{shape.tag[0]}: expected {shape.tag[1]!r}, got {found}")
+        if not_fields:
+            raw = {key: value for key, value in raw.items() if key not in not_fields}
         return fields_only(raw, cls)
+
+    return checked
+
+
+def _checking(
+    converter: Converter, annotation: Any, check: Callable[[Any], str | None] | None
+) -> Callable[[Any, Any], Any] | None:
+    """The field's own structure hook, then its check."""
+    if check is None:
+        return None
+    structure = converter.get_structure_hook(annotation)
+
+    def checked(raw: Any, declared: Any) -> Any:
+        value = structure(raw, declared)
+        problem = check(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     return checked
 

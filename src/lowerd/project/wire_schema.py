@@ -66,8 +66,12 @@ class SchemaWriter:
         if shape_options(cls).positional:
             return self._positional(cls)
         hints = get_type_hints(cls)
+        shape = shape_options(cls)
         properties: dict[str, Any] = {}
         required = []
+        if shape.tag is not None:
+            properties[shape.tag[0]] = {"const": shape.tag[1]}
+            required.append(shape.tag[0])
         for field in dataclasses.fields(cls):
             options = field_options(field)
             value = hints[field.name]
@@ -76,7 +80,6 @@ class SchemaWriter:
             properties[wire_key(field)] = self.of(value)
             if _required(field):
                 required.append(wire_key(field))
-        shape = shape_options(cls)
         for name in shape.computed:
             computed = get_type_hints(getattr(cls, name).fget)["return"]
             properties[name] = {**self.of(computed), "readOnly": True}
@@ -106,11 +109,13 @@ class SchemaWriter:
         return schema
 
 
-def schema_of(roots: Mapping[str, type], title: str, description: str) -> dict[str, Any]:
-    """One document for these classes: any of the roots (each described by where it is sent),
-    every class they use in "$defs", sorted by name."""
+def schema_of(
+    roots: Mapping[str, type | tuple[type, ...]], title: str, description: str
+) -> dict[str, Any]:
+    """One document for these classes: any of the roots (each described by where it is sent;
+    a tuple of classes: any of them), every class they use in "$defs", sorted by name."""
     writer = SchemaWriter()
-    any_of = [{**writer.reference(cls), "description": where} for where, cls in roots.items()]
+    any_of = [{**writer.of(_union(root)), "description": where} for where, root in roots.items()]
     return {
         "$schema": DIALECT,
         "title": title,
@@ -118,6 +123,10 @@ def schema_of(roots: Mapping[str, type], title: str, description: str) -> dict[s
         "anyOf": any_of,
         "$defs": dict(sorted(writer.definitions.items())),
     }
+
+
+def _union(root: type | tuple[type, ...]) -> Any:
+    return Union[root] if isinstance(root, tuple) else root  # noqa: UP007 - built from a tuple
 
 
 def _described(cls: type) -> dict[str, Any]:

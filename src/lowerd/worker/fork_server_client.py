@@ -20,6 +20,7 @@ from dataclasses import replace
 
 import msgpack
 
+from lowerd.project.wire import encode
 from lowerd.worker.libraries import environment_stamp
 from lowerd.worker.protocol import (
     ExitedMessage,
@@ -143,7 +144,7 @@ class ForkServer:
         once the server says it started. ConnectionError if the server ended first."""
         job = replace(job, warm_libraries=True)  # it reports what it imported: see imported()
         started = self._expect("started", job.id)
-        message = msgpack.packb(job.to_frame(), use_bin_type=True)
+        message = msgpack.packb(encode(job), use_bin_type=True)
         socket.send_fds(self.channel, [message], [events])
         answer = await started
         assert isinstance(answer, StartedMessage)  # what "started" answers
@@ -172,7 +173,7 @@ class ForkServer:
         self._last_preload = tuple(new)
         for chunk in _chunks(new, PRELOAD_MESSAGE_BYTES):
             try:
-                self.channel.send(msgpack.packb(PreloadRequest(tuple(chunk)).to_frame()))
+                self.channel.send(msgpack.packb(encode(PreloadRequest(tuple(chunk)))))
             except OSError:  # its queue is full or it is gone: those stay cold, nothing breaks
                 return
 

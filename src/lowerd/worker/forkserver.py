@@ -39,6 +39,7 @@ import msgpack
 
 from lowerd.project.backends import Backend
 from lowerd.project.result import ErrorInfo, TargetResult
+from lowerd.project.wire import encode
 from lowerd.worker.frames import write_frame
 from lowerd.worker.kill import kill_worker
 from lowerd.worker.libraries import imported_libraries
@@ -368,7 +369,7 @@ def _build(job: WorkerJob, events: BinaryIO) -> None:
     from lowerd.project.report_model import MethodReport
 
     def send(event: WorkerEvent) -> None:
-        write_frame(events, event.to_frame())
+        write_frame(events, encode(event))
 
     def progress(stage: str, target: str, detail: str | None) -> None:
         send(ProgressEvent(stage, detail))
@@ -465,7 +466,7 @@ def _config_failure(job: WorkerJob, error: Exception) -> TargetResult:
 
 
 def _send(channel: socket.socket, message: ForkServerMessage) -> None:
-    channel.send(msgpack.packb(message.to_frame(), use_bin_type=True))
+    channel.send(msgpack.packb(encode(message), use_bin_type=True))
 
 
 if __name__ == "__main__":
