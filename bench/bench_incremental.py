@@ -390,7 +390,7 @@ PROFILE_BUCKETS = [
     Bucket(
         "torch.export.export of the model",
         (("torch/export/__init__.py", "export"),),
-        caller=("lowerd/lowering/build.py", "_export"),
+        caller=("lowerd/lowering/loading.py", "export"),
     ),
     Bucket(
         "program fingerprint (whole-graph key)",
@@ -413,7 +413,7 @@ PROFILE_BUCKETS = [
     Bucket("to_backend (partition, preprocess, splice)", ((_PROGRAM, "to_backend"),), depth=1),
     Bucket(
         "partitioner.partition (+ lowerd's early report)",
-        (("lowerd/lowering/build.py", "partition_and_report"),),
+        (("lowerd/lowering/observed_partitioner.py", "_observed"),),
         depth=2,
     ),
     Bucket(
@@ -455,9 +455,9 @@ PROFILE_BUCKETS = [
         depth=1,
     ),
     Bucket("delegation report (method_report)", (("lowerd/lowering/report.py", "method_report"),)),
-    Bucket("emit (to_executorch, buffer)", (("lowerd/lowering/build.py", "_emit"),)),
+    Bucket("emit (to_executorch, buffer)", (("lowerd/lowering/emission.py", "emit"),)),
     Bucket("write the .pte", (("lowerd/cache/atomic.py", "write_atomic"),)),
-    Bucket("record the build state", (("lowerd/lowering/build.py", "_record_state"),)),
+    Bucket("record the build state", (("lowerd/lowering/build.py", "_record"),)),
 ]
 
 

@@ -231,7 +231,22 @@ def why_not_kept(
     """None when `previous`'s .pte may be kept for a program whose methods export to `digests`
     (None: the program holds a value with no stable digest); else why not, in words, for
     `lowerd explain`. Here, torch-free, so that a Ray build's client says it of the build its
-    node made (cli/ray_outputs.py) as lowering/build.py says it of its own."""
+    node made (cli/ray_outputs.py) as lowering/reuse.py says it of its own."""
+    inputs = target_inputs_digest(config, target)
+    why = why_program_not_kept(target, previous, digests, inputs)
+    if why is None and previous is not None:
+        why = why_outputs_not_kept(config, target, previous)
+    return why
+
+
+def why_program_not_kept(
+    target: TargetConfig,
+    previous: TargetState | None,
+    digests: dict[str, str] | None,
+    inputs_digest: str,
+) -> str | None:
+    """why_not_kept's part that reads no file: whether the program and its lowering are the
+    last build's (`inputs_digest`: this build's target_inputs_digest)."""
     # An ETRecord holds the programs' source lines, which an edit that keeps the program may
     # move: it is written afresh. Transform passes are the user's code, which the program's
     # digest does not cover: a build that runs them lowers afresh; so are custom partitioners
@@ -249,12 +264,20 @@ def why_not_kept(
         return f"whole_program's {whole_program['backend_id']}: code the digest cannot see"
     if digests is None:
         return "the program holds a value with no stable digest"
-    if previous.inputs_digest != target_inputs_digest(config, target):
+    if previous.inputs_digest != inputs_digest:
         return INPUTS_CHANGED
     if previous.method_digests != digests:
         methods = previous.method_digests.keys() | digests.keys()
         changed = [m for m in methods if previous.method_digests.get(m) != digests.get(m)]
         return f"the exported program changed ({', '.join(sorted(changed))})"
+    return None
+
+
+def why_outputs_not_kept(
+    config: ProjectConfig, target: TargetConfig, previous: TargetState
+) -> str | None:
+    """why_not_kept's part that reads the disk: whether `previous`'s .pte and data files are
+    still as it wrote them."""
     if (
         previous.output.path != str(config.output_path(target.name))
         or not previous.output.unchanged()

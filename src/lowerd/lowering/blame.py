@@ -1,0 +1,54 @@
+"""Where a build's failure is reported: the user's line the failure passed through, else the entry.
+
+A torch or ExecuTorch error is a traceback through library code the user never wrote; the line
+that matters is the innermost frame in the user's files (their module's forward, their
+transform pass). When the failure passed through none, the entry function is the user's nearest
+line; before the entry is loaded, there is no line to give.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from lowerd.project.errors import LowerdError
+from lowerd.project.source_map import UserFiles
+
+# Advice torch appends to its errors about its own debugging switches: noise next to a file:line.
+_TORCH_HINT = re.compile(
+    r"^(For more|For extended|If you suspect|For C\+\+|The error above occurred|Caused by:"
+    r"|The following call raised this error)"
+)
+
+
+@dataclass(frozen=True)
+class Blame:
+    """Makes the LowerdError of a failure, at the place to blame. Called like quantize.py's
+    `Blame`: `raise blame(LoweringError, error, "ExecuTorch lowering failed") from error`."""
+
+    user_files: UserFiles
+    # The entry function's definition: where a failure that passed through no user frame is
+    # blamed (None until the entry is loaded).
+    file: str | None = None
+    line: int | None = None
+
+    def __call__(self, kind: type[LowerdError], error: Exception, doing: str) -> LowerdError:
+        message = f"{doing}: {summary(error)}"
+        source = self.user_files.innermost_in_exception(error)
+        if source is not None:
+            return kind(message, source.file, source.line)
+        return kind(message, self.file, self.line)
+
+
+def summary(error: Exception, max_lines: int = 8) -> str:
+    """The error's type and first lines, without torch's debugging advice."""
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    kept = []
+    for line in lines:
+        if _TORCH_HINT.match(line):
+            break  # the hints come last; what follows them is the call site we already report
+        kept.append(line)
+    text = "\n".join(kept[:max_lines])
+    if len(kept) > max_lines:
+        text += f"\n... ({len(kept) - max_lines} more lines)"
+    return f"{type(error).__name__}: {text}"

@@ -1,0 +1,86 @@
+"""The emission stage: Lowered -> Emitted, ExecuTorch's to_executorch with the target's config.
+
+What the stock script writes, in memory: the .pte's bytes, and the files that go beside it (what
+ExecutorchProgramManager.write_tensor_data_to_file writes, one .ptd per tag of its external data,
+and the ETRecord when the target asks for one), with what the program costs on a device.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from lowerd.lowering.stages import BuildContext, DataBytes, Emitted, Lowered
+from lowerd.project.build_state import data_file_path
+from lowerd.project.errors import LoweringError
+from lowerd.project.report_model import MethodReport
+from lowerd.project.result import ProgramSizes
+
+
+def emit(ctx: BuildContext, lowered: Lowered) -> Emitted:
+    """The program emitted: its bytes, its data files' bytes, its sizes on each report."""
+    ctx.stage("emit")
+    try:
+        from executorch.exir import ExecutorchBackendConfig
+
+        # ExecutorchBackendConfig() is to_executorch's own default.
+        config = ExecutorchBackendConfig(**ctx.target.executorch_backend_config)
+        manager = lowered.edge.to_executorch(config)
+        buffer = bytes(manager.buffer)
+    except Exception as error:
+        raise ctx.blame(LoweringError, error, "ExecuTorch emission failed") from error
+    sizes, reports = _sized(manager, len(buffer), lowered.reports)
+    return Emitted(
+        manager=manager,
+        buffer=buffer,
+        data_files=_data_files(ctx, manager),
+        sizes=sizes,
+        reports=reports,
+        cache=lowered.cache,
+        partitions=lowered.partitions,
+    )
+
+
+def _sized(
+    manager: Any, pte_bytes: int, reports: Mapping[str, MethodReport]
+) -> tuple[ProgramSizes, dict[str, MethodReport]]:
+    """The program's sizes, and the reports with each method's planned memory and constants."""
+    from lowerd.lowering.program_sizes import program_sizes
+
+    sizes, methods = program_sizes(manager, pte_bytes)
+    sized = {}
+    for name, report in reports.items():
+        method = methods.get(name)
+        if method is None:
+            sized[name] = report
+            continue
+        sized[name] = replace(
+            report,
+            planned_memory_bytes=method.planned_memory_bytes,
+            constant_bytes=method.constant_bytes,
+        )
+    return sizes, sized
+
+
+def _data_files(ctx: BuildContext, manager: Any) -> tuple[DataBytes, ...]:
+    """One .ptd per tag of the program's external data, as write_tensor_data_to_file names
+    them, then the ETRecord."""
+    files = []
+    for tag, cord in sorted((manager._tensor_data or {}).items()):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", tag):
+            doing = f"external data tag {tag!r} names no file"
+            raise ctx.blame(LoweringError, ValueError(tag), doing)
+        path = data_file_path(ctx.config, ctx.target, "ptd", tag)
+        files.append(DataBytes(path, bytes(cord), "ptd"))
+    if ctx.target.etrecord:
+        etrecord = io.BytesIO()
+        try:
+            manager.get_etrecord().save(etrecord)
+        except Exception as error:
+            raise ctx.blame(LoweringError, error, "saving the ETRecord failed") from error
+        path = data_file_path(ctx.config, ctx.target, "etrecord")
+        files.append(DataBytes(path, etrecord.getvalue(), "etrecord"))
+    return tuple(files)

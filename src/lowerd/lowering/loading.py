@@ -1,0 +1,90 @@
+"""The stages up to the exported program: load the entry, quantize its methods, export them.
+
+Each is a stage of lowering/stages.py: it reads the build's context and the record before it and
+returns a new record. The user's code runs here (the entry, the calibration function, torch.export
+tracing their modules), so these run while build.py records the files the build reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from lowerd.lowering.entry import LoadedEntry, definition_site, load_entry
+from lowerd.lowering.export_output import export_output_held
+from lowerd.lowering.program_fingerprint import fingerprint
+from lowerd.lowering.stages import BuildContext, Exported, Loaded
+from lowerd.project.errors import ExportError
+from lowerd.project.result import SourceSite
+from lowerd.project.source_map import UserFiles
+
+
+def load(ctx: BuildContext) -> Loaded:
+    """The target's entry, called, with the sites editors show its summaries at."""
+    ctx.stage("load")
+    entry = load_entry(ctx.config, ctx.target)
+    return Loaded(
+        entry=entry,
+        methods=entry.methods,
+        entry_site=_entry_site(entry, ctx.user_files),
+        module_sites=_module_sites(entry, ctx.user_files),
+    )
+
+
+def quantize(ctx: BuildContext, loaded: Loaded) -> Loaded:
+    """Each method quantized by ExecuTorch's PT2E flow, when the target declares it."""
+    declared = ctx.target.quantize
+    if declared is None:
+        return loaded
+    from lowerd.lowering.quantize import calibration_samples, quantize_method
+
+    ctx.stage("quantize")
+    samples = calibration_samples(ctx.config, ctx.target, declared, list(loaded.methods))
+    quantized = {}
+    for name, method in loaded.methods.items():
+        ctx.stage("quantize", name)
+        quantized[name] = quantize_method(method, declared, samples.get(name), ctx.blame)
+    return replace(loaded, methods=quantized)
+
+
+def export(ctx: BuildContext, loaded: Loaded) -> Exported:
+    """torch.export of each method, and the fingerprint that tells whether the program is the
+    last build's."""
+    import torch
+
+    programs = {}
+    for name, method in loaded.methods.items():
+        ctx.stage("export", name)
+        try:
+            with export_output_held():  # torch's own account of a failure: ours says it
+                programs[name] = torch.export.export(
+                    method.module, method.args, dynamic_shapes=method.dynamic_shapes
+                )
+        except Exception as error:
+            raise ctx.blame(ExportError, error, f"torch.export of {name!r} failed") from error
+    program = fingerprint(
+        programs,
+        ctx.target.backends,
+        ctx.user_files,
+        ctx.target.used_backend_options(),
+        ctx.target.lowering_options(),
+    )
+    return Exported(dict(loaded.methods), programs, program)
+
+
+def _entry_site(entry: LoadedEntry, user_files: UserFiles) -> SourceSite | None:
+    if entry.file is None:
+        return None
+    return SourceSite(user_files.display(entry.file), entry.line)
+
+
+def _module_sites(entry: LoadedEntry, user_files: UserFiles) -> dict[str, SourceSite]:
+    """Where each method's module class is defined, for the classes in the user's files (of
+    the modules the entry made: a quantized method's module is torch's GraphModule)."""
+    sites = {}
+    for name, method in entry.methods.items():
+        site = definition_site(type(method.module))
+        if site[0] is not None and user_files.owns(site[0]):
+            sites[name] = SourceSite(
+                user_files.display(site[0]), site[1], type(method.module).__name__
+            )
+    return sites
