@@ -8,8 +8,13 @@ and each method's report from the lowered graph.
 
 from __future__ import annotations
 
+from lowerd.lowering.partitioner_route import PartitionerRoute
+from lowerd.lowering.preprocess_cache import PreprocessCache
+from lowerd.lowering.rebuild_facts import lowered_partitions
+from lowerd.lowering.report import method_report
 from lowerd.lowering.route import EdgeSettings, LoweringProgress, LoweringRoute
 from lowerd.lowering.stages import BuildContext, Exported, Lowered
+from lowerd.lowering.whole_program_route import WholeProgramRoute
 from lowerd.project.errors import LowerdError, LoweringError
 from lowerd.project.result import CacheSummary
 
@@ -18,21 +23,13 @@ def choose_route(ctx: BuildContext) -> LoweringRoute:
     """The target's route, its own lowering code loaded (the user's code: called while the
     build records what it reads)."""
     if ctx.target.whole_program:
-        from lowerd.lowering.whole_program_route import WholeProgramRoute
-
         return WholeProgramRoute.of(ctx.target.whole_program.value)
-    from lowerd.lowering.partitioner_route import PartitionerRoute
-
     return PartitionerRoute.load(ctx)
 
 
 def lower(ctx: BuildContext, exported: Exported, route: LoweringRoute) -> Lowered:
     """The exported programs lowered by `route`, the backends' preprocess served from the blob
     cache, each method reported."""
-    from lowerd.lowering.preprocess_cache import PreprocessCache
-    from lowerd.lowering.rebuild_facts import lowered_partitions
-    from lowerd.lowering.report import method_report
-
     ctx.stage("partition")
     progress = LoweringProgress(ctx)
     lowering = route.prepare(ctx, exported, EdgeSettings.of(ctx.target), progress)

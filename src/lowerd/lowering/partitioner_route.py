@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from lowerd.lowering.observed_partitioner import observe
 from lowerd.lowering.reasons import PartitionReasons
 from lowerd.lowering.route import (
     EdgeProgram,
@@ -90,8 +91,6 @@ class PartitionerRoute:
     ) -> list[Any]:
         """The partitioners as ExecuTorch gets them: each listened to for its reasons, the
         last one (which sees each method's final split into partitions) for its report."""
-        from lowerd.lowering.observed_partitioner import observe
-
         partitioners = self.custom if self.custom is not None else self._backends(ctx)
         on_result = _reporter(ctx, self.displays, methods, reasons, progress)
         observed = []
