@@ -18,7 +18,7 @@ DOCS = REPO / "docs"
 PAGES = sorted(
     [
         README,
-        *DOCS.glob("*.md"),
+        *DOCS.rglob("*.md"),
         REPO / "bench" / "README.md",
         REPO / "examples" / "README.md",
         REPO / "tests" / "projects" / "README.md",
