@@ -103,7 +103,7 @@ def test_a_second_machine_is_served_every_partition_by_redis(
     built = first.build_all()
     assert sum(r.cache.misses for r in built.values()) == PARTITIONS
     for result in built.values():
-        remote = result.cache.remote
+        remote = result.cache.remote_report
         assert remote is not None and remote.status == "ok"
         assert remote.counts.puts >= result.cache.misses and remote.counts.errors == 0
     assert len(lowerd_keys(redis)) == PARTITIONS
@@ -111,7 +111,7 @@ def test_a_second_machine_is_served_every_partition_by_redis(
     served = second.build_all()  # an empty local cache: every partition comes from redis
     for name, result in served.items():
         assert sha(result) == sha(built[name])
-        remote = result.cache.remote
+        remote = result.cache.remote_report
         assert result.cache.misses == 0 and result.cache.hits == remote.counts.hits  # type: ignore[union-attr]
     assert sum(r.cache.hits for r in served.values()) == PARTITIONS
     stock = stock_pte(PROJECTS / "basic", "models/tiny_linear.py:make", ["xnnpack"])
@@ -137,7 +137,7 @@ def test_a_tampered_value_is_rejected_rebuilt_and_repaired(
 
     result = second.build("two_methods")
     assert sha(result) == expected  # rebuilt, identical
-    remote = result.cache.remote
+    remote = result.cache.remote_report
     assert remote is not None and remote.counts.errors == 1 and remote.counts.hits == 1
     assert result.cache.misses == 1
     assert any("failed verification" in p for p in remote.problems)
@@ -149,7 +149,9 @@ def test_a_tampered_value_is_rejected_rebuilt_and_repaired(
     third = Machine(second.root, second.cache.with_name("cache-c"), second.monkeypatch)
     swapped = third.build("two_methods")
     assert sha(swapped) == expected
-    assert swapped.cache.remote is not None and swapped.cache.remote.counts.errors == 1
+    assert (
+        swapped.cache.remote_report is not None and swapped.cache.remote_report.counts.errors == 1
+    )
 
 
 def test_read_only_reads_but_never_writes(
@@ -158,21 +160,23 @@ def test_read_only_reads_but_never_writes(
     first, second = machines
     set_remote(first.root, 'cache_remote = "read-only"')
     result = first.build("tiny_linear")
-    assert result.cache.remote is not None and result.cache.remote.status == "read-only"
-    assert result.cache.remote.counts.puts == 0
+    assert (
+        result.cache.remote_report is not None and result.cache.remote_report.status == "read-only"
+    )
+    assert result.cache.remote_report.counts.puts == 0
     assert redis.client().dbsize() == 0
 
     second.monkeypatch.setenv("LOWERD_CACHE_REMOTE", "read-write")  # CI writes
     written = second.build("tiny_linear")
-    assert written.cache.remote is not None and written.cache.remote.counts.puts >= 1
+    assert written.cache.remote_report is not None and written.cache.remote_report.counts.puts >= 1
     second.monkeypatch.delenv("LOWERD_CACHE_REMOTE")
     keys = redis.client().dbsize()
 
     shutil.rmtree(first.root / "build")
     laptop = Machine(first.root, first.cache.with_name("cache-laptop"), first.monkeypatch)
     read = laptop.build("tiny_linear")  # a read-only laptop is served by what CI wrote
-    assert read.cache.hits == 1 and read.cache.remote is not None
-    assert read.cache.remote.counts.hits == 1 and read.cache.remote.counts.puts == 0
+    assert read.cache.hits == 1 and read.cache.remote_report is not None
+    assert read.cache.remote_report.counts.hits == 1 and read.cache.remote_report.counts.puts == 0
     assert redis.client().dbsize() == keys
 
 
@@ -190,7 +194,7 @@ def test_redis_killed_mid_build_the_build_goes_on_and_says_so(
 
     result = first.build("two_methods", progress=progress)
     assert result.status == "ok", result.error
-    remote = result.cache.remote
+    remote = result.cache.remote_report
     assert remote is not None and remote.status.startswith("unavailable: ")
     assert remote.status.startswith("unavailable: ConnectionError: ")
     assert result.cache.misses == 2
@@ -209,7 +213,7 @@ def test_redis_out_of_memory_is_survived_and_reported(
     client.config_set("maxmemory-policy", "noeviction")
     result = first.build("tiny_linear")
     assert result.status == "ok"
-    remote = result.cache.remote
+    remote = result.cache.remote_report
     assert remote is not None and remote.status.startswith("unavailable: OutOfMemoryError: ")
     assert lowerd_keys(redis) == []
 
@@ -235,7 +239,7 @@ def test_a_server_slower_than_the_timeout_is_given_up_within_it(
         )
         result = first.build("tiny_linear")
     assert result.status == "ok"
-    remote = result.cache.remote
+    remote = result.cache.remote_report
     assert remote is not None and remote.status.startswith("unavailable: ")
     assert remote.status.startswith("unavailable: TimeoutError: ")
     assert remote.counts.errors == 1  # one try, then off: not a retry per partition
@@ -279,13 +283,15 @@ def test_a_password_in_the_url_is_used_and_never_shown(
         shown = f"redis://default:***@127.0.0.1:{locked.port}/0"
         first.monkeypatch.setenv("LOWERD_CACHE_URL", url)
         result = first.build("tiny_linear")
-        assert result.cache.remote is not None and result.cache.remote.status == "ok"
-        assert result.cache.remote.counts.puts >= 1 and result.cache.remote.url == shown
+        assert result.cache.remote_report is not None and result.cache.remote_report.status == "ok"
+        assert (
+            result.cache.remote_report.counts.puts >= 1 and result.cache.remote_report.url == shown
+        )
 
         second.monkeypatch.setenv("LOWERD_CACHE_URL", wrong)
         refused = second.build("tiny_linear")
         assert refused.status == "ok"
-        remote = refused.cache.remote
+        remote = refused.cache.remote_report
         assert remote is not None and remote.status.startswith("unavailable: AuthenticationError")
         document = json.dumps(encode(refused))
         assert "not-it" not in document and "s3cret-pw" not in document

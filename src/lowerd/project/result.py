@@ -24,9 +24,9 @@ Status = Literal["ok", "error"]
 
 @dataclass(frozen=True)
 class ErrorInfo:
-    """Why a target failed, at the place to blame: {"kind", "message", "file", "line"}. `kind` is
-    a LowerdError's (config-error, export-error, ...) or the worker pool's (worker-crash,
-    worker-timeout, cancelled); the file is relative to the project root when inside it."""
+    """Why a target failed, at the place to blame. `kind` is a LowerdError's (config-error,
+    export-error, ...) or the worker pool's (worker-crash, worker-timeout, cancelled); the file
+    is relative to the project root when inside it."""
 
     kind: str
     message: str
@@ -77,8 +77,8 @@ class CacheSummary(CacheCounts):
 
 @dataclass(frozen=True)
 class DataFile:
-    """A file written beside the .pte: {"path", "sha256", "kind"}. `kind` is "ptd" (constants or
-    named data ExecuTorch put in a .ptd file) or "etrecord" (the devtools' ETRecord). The path is
+    """A file written beside the .pte. `kind` is "ptd" (constants or named data ExecuTorch put
+    in a .ptd file) or "etrecord" (the devtools' ETRecord). The path is
     named like the result's output."""
 
     path: str
@@ -88,8 +88,7 @@ class DataFile:
 
 @dataclass(frozen=True)
 class ProgramSizes:
-    """What the .pte costs on a device, from the emitted program (lowering/program_sizes.py):
-    {"pte_bytes", "constant_bytes", "delegate_blob_bytes", "delegate_data_bytes"}.
+    """What the .pte costs on a device, from the emitted program (lowering/program_sizes.py).
 
     `constant_bytes`: the constant tensors the program keeps itself (the weights of ops left on
     the CPU; 0 when external_constants moved them to a .ptd); `delegate_blob_bytes`: the
@@ -114,8 +113,8 @@ class SourceSite:
 
 @dataclass(frozen=True)
 class TargetCoverage:
-    """Coverage over every method of a target: {"percent", "backends"}, the backends' display
-    names that took ops, most ops first. The same rounding rule as a method's."""
+    """Coverage over every method of a target: its percent, and the backends' display names
+    that took ops, most ops first. The same rounding rule as a method's."""
 
     percent: int
     backends: tuple[str, ...] = ()

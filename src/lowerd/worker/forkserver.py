@@ -8,12 +8,10 @@ fork_worker is also how the in-process CLI and the Ray task fork theirs (worker/
 A worker imports the user's modules into a fresh process: no importlib.reload, and no state left
 over from the previous build. The fork server itself never runs user code.
 
-messages in:  {"op": "build", ...} (protocol.WorkerJob) + pipe fd, {"op": "preload", "modules"}
-              (protocol.PreloadRequest)
-messages out: {"op": "ready"}, {"op": "started", "id", "pid"}, {"op": "exited", "id", "status"},
-              {"op": "preloaded", "imported", "cold", "tainted"} (protocol.ForkServerMessage)
-worker events (on the pipe, worker/protocol.py): progress..., partitioned..., libraries,
-peak_rss, then the result
+messages in:  protocol.WorkerJob (with the pipe's fd), protocol.PreloadRequest
+messages out: protocol.ForkServerMessage (ready, started, exited, preloaded)
+worker events (on the pipe): protocol.WorkerEvent (progress..., partitioned..., libraries,
+peak_rss, then the result)
 """
 
 from __future__ import annotations

@@ -4,18 +4,12 @@ typed: each is written and read by project/wire.py, the msgpack map on the wire 
 private-socket requests and answers are daemon/rpc_messages.py's.
 
 A build worker's event pipe (worker/forkserver.py writes; the supervisor, worker/workers.py,
-reads), in this order:
-
-    {"type": "progress", "stage", "detail"}...  {"type": "partitioned", "method", "report"}...
-    {"type": "libraries", "modules"}  {"type": "peak_rss", "bytes"}  {"type": "result", "result"}
+reads), in this order: ProgressEvent... PartitionedEvent... LibrariesEvent, PeakRssEvent, then
+ResultEvent.
 
 The fork server's channel (worker/fork_server_client.py <-> worker/forkserver.py, one message
-a packet):
-
-    to it:    {"op": "build", ...} (WorkerJob, with the event pipe's fd)
-              {"op": "preload", "modules"}
-    from it:  {"op": "ready"}  {"op": "started", "id", "pid"}  {"op": "exited", "id", "status"}
-              {"op": "preloaded", "imported", "cold", "tainted"}
+a packet): to it WorkerJob (with the event pipe's fd) or PreloadRequest; from it ReadyMessage,
+StartedMessage, ExitedMessage, PreloadedMessage.
 
 What a worker is asked to build, whoever supervises it (the daemon's pool through the fork
 server, or the in-process CLI's and the Ray task's through forks of their own): WorkerJob.
