@@ -34,6 +34,10 @@ extract_delegate_segments = false
 entry = "models/tiny_linear.py:make"
 quantize = { scheme = "xnnpack-int8" }
 
+[tool.lowerd.targets.int4]
+entry = "models/linears.py:make_two"
+quantize = { scheme = "8da4w", qparams_algorithm = "hqq_scale_only", filter = "linear_divisible" }
+
 [tool.lowerd.targets.whole_dynamic]
 entry = "models/dynamic.py:make"
 whole_program = { backend_id = "XnnpackBackend" }
@@ -45,6 +49,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProjectConfig]
     with importable_copy(PROJECTS / "basic", tmp_path_factory.mktemp("repro") / "basic") as root:
         lookup = PROJECTS / "datafiles" / "models" / "lookup.py"  # a table left on the CPU
         (root / "models" / "lookup.py").write_text(lookup.read_text())
+        linears = PROJECTS / "torchaoquant" / "models" / "linears.py"  # two methods, one linear
+        (root / "models" / "linears.py").write_text(linears.read_text())
         pyproject = root / "pyproject.toml"
         pyproject.write_text(pyproject.read_text() + TARGETS)
         yield load_config(pyproject)
@@ -57,7 +63,7 @@ def lowerd_build(config: ProjectConfig, name: str) -> TargetResult:
     return result
 
 
-@pytest.mark.parametrize("name", ["two_methods", "options", "int8", "whole_dynamic"])
+@pytest.mark.parametrize("name", ["two_methods", "options", "int8", "int4", "whole_dynamic"])
 def test_the_script_writes_what_lowerd_wrote(
     project: ProjectConfig, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -115,7 +115,7 @@ class _Built:
             memo={kind: dict(counts) for kind, counts in self.memo.items()},
             backend_options=target.used_backend_options(),
             data_files=list(written.data_files),
-            options=target.lowering_options(),
+            options=target.shown_options(),
             quantize=target.quantize.scheme if target.quantize else None,
             sizes=written.sizes,
         )

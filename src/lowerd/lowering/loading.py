@@ -31,13 +31,20 @@ def load(ctx: BuildContext) -> Loaded:
 
 
 def quantize(ctx: BuildContext, loaded: Loaded) -> Loaded:
-    """Each method quantized by ExecuTorch's PT2E flow, when the target declares it."""
+    """Each method quantized as the target declares: by ExecuTorch's PT2E flow (new modules),
+    or by torchao's quantize_ (the entry's modules, changed in place)."""
     declared = ctx.target.quantize
     if declared is None:
         return loaded
+    ctx.stage("quantize")
+    if declared.torchao is not None:
+        from lowerd.lowering.torchao_quantize import quantize_linears
+
+        config_path = str(ctx.config.path)
+        quantize_linears(loaded.methods, declared, config_path, lambda m: ctx.stage("quantize", m))
+        return loaded
     from lowerd.lowering.quantize import calibration_samples, quantize_method
 
-    ctx.stage("quantize")
     samples = calibration_samples(ctx.config, ctx.target, declared, list(loaded.methods))
     quantized = {}
     for name, method in loaded.methods.items():

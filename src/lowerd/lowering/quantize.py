@@ -1,4 +1,5 @@
-"""Declared quantization ([tool.lowerd.targets.T.quantize]): ExecuTorch's documented PT2E flow.
+"""Declared quantization ([tool.lowerd.targets.T.quantize]) by a PT2E scheme: ExecuTorch's
+documented flow (the torchao schemes are torchao_quantize.py's).
 
 For each method, what the stock script does:
 
@@ -24,7 +25,7 @@ from typing import Any
 from lowerd.lowering.entry import MethodSpec, definition_site, find_function
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.errors import EntryError, LowerdError, LoweringError
-from lowerd.project.lowering_options import QuantizeConfig
+from lowerd.project.quantize_options import QuantizeConfig
 from lowerd.project.source_map import UserFiles
 
 # kind, error, what was being done -> the error to raise, blamed on the user's line

@@ -6,7 +6,7 @@ never changing the one they were given. lowerd's build (lowering/build.py) runs 
 frozen record per stage, each stage a function of the build's context and the record before it:
 
     load(ctx) -> Loaded                  the entry loaded: its methods, where they are defined
-    quantize(ctx, Loaded) -> Loaded      each method quantized by PT2E, when the target declares it
+    quantize(ctx, Loaded) -> Loaded      each method quantized (PT2E or torchao), when declared
     export(ctx, Loaded) -> Exported      torch.export of each method, and the program's fingerprint
     decide_reuse(target, Exported, PreviousBuild) -> Reuse
                                          keep the last .pte or lower: pure, reads no file

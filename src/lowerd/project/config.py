@@ -28,11 +28,11 @@ from lowerd.project.lowering_options import (
     BackendOptions,
     ConstantMethods,
     Options,
-    QuantizeConfig,
     WholeProgram,
     check_lowering_route,
     lay_external_constants,
 )
+from lowerd.project.quantize_options import QuantizeConfig
 from lowerd.project.team_config import Executor, RemoteCacheConfig
 from lowerd.project.toml_lines import KeyPath
 
@@ -85,6 +85,12 @@ class TargetConfig:
             "whole_program": _value(self.whole_program),
         }
         return {name: value for name, value in options.items() if value}
+
+    def shown_options(self) -> dict[str, object]:
+        """The lowering options and the declared quantization, resolved: the result's "options"
+        (the quantization is keyed by the inputs digest on its own, and by the program it makes)."""
+        quantize = {"quantize": self.quantize.to_json()} if self.quantize else {}
+        return {**self.lowering_options(), **quantize}
 
     def entry_parts(self) -> tuple[str, str]:
         """(file path or module name, function name) of the entry."""

@@ -16,6 +16,7 @@ from enum import Enum
 
 from lowerd.project import config_values as values
 from lowerd.project import lowering_options as options
+from lowerd.project import quantize_options
 from lowerd.project.config_reader import Read
 from lowerd.project.team_config import EXECUTORS, REMOTE_MODES
 
@@ -259,13 +260,27 @@ KEYS: tuple[Key, ...] = (
     Key(
         "quantize",
         Scope.TARGET,
-        'table: `scheme` (`"xnnpack-int8"` or `"xnnpack-int8-dynamic"`), `calibration` (a '
-        "function reference, like `entry`)",
-        "Runs ExecuTorch's PT2E flow with XNNPACKQuantizer (symmetric, per-channel int8; "
-        "`is_dynamic=True` for the dynamic scheme) on each method before the final export. "
-        "`calibration` names a function returning a list of example-argument tuples (or "
-        "`{method: [tuples]}`); without it, each method calibrates with its example args.",
-        options.quantize,
+        'table: `scheme` (`"xnnpack-int8"`, `"xnnpack-int8-dynamic"`, `"8da4w"`, `"8da8w"`); '
+        "PT2E schemes: `calibration` (a function reference, like `entry`); torchao schemes: "
+        '`granularity` (`"per_group"`, `"per_channel"`), `group_size` (a positive integer), '
+        '`qparams_algorithm` (`"affine"`, `"hqq_scale_only"`), `filter` (`"linear"`, '
+        '`"linear_divisible"`)',
+        "How each method is quantized before its final export. `xnnpack-int8` and "
+        "`xnnpack-int8-dynamic` run ExecuTorch's PT2E flow with XNNPACKQuantizer (symmetric, "
+        "per-channel int8; `is_dynamic=True` for the dynamic scheme); `calibration` names a "
+        "function returning a list of example-argument tuples (or `{method: [tuples]}`); without "
+        "it, each method calibrates with its example args. `8da4w` and `8da8w` run torchao's "
+        "`quantize_` with `Int8DynamicActivationIntxWeightConfig` (int8 activations per token, "
+        "int4 or int8 weights) on each method's module, then `unwrap_tensor_subclass`, as "
+        "optimum-executorch's `--qlinear` and ExecuTorch's `xnnpack_torchao_*` recipes do: "
+        "`granularity` `PerGroup(group_size)` (8da4w's default; `group_size` 32 unless given) or "
+        "`PerAxis(0)` (8da8w's default), `qparams_algorithm` torchao's "
+        "`intx_choose_qparams_algorithm` (its default `affine`; optimum's is `hqq_scale_only`), "
+        "`filter` every `nn.Linear` (torchao's default) or only those whose `in_features` "
+        "divides by `group_size` (optimum's, per channel too). A combination that means nothing "
+        "(a torchao key with a PT2E scheme, `calibration` with a torchao one, `group_size` per "
+        'channel with `filter = "linear"`) is an error at its line.',
+        quantize_options.quantize,
         shown_default="none: exported as the entry returns it",
     ),
     Key(

@@ -1,7 +1,7 @@
 """What a target passes to ExecuTorch besides its program: backend options, the edge and emit
-configs, constant methods, a whole-program backend, declared quantization; their checks (each a
-reader the field table, config_keys.py, names), how a target's value is laid over the project's,
-and the rules between these keys.
+configs, constant methods, a whole-program backend; their checks (each a reader the field table,
+config_keys.py, names), how a target's value is laid over the project's, and the rules between
+these keys. Declared quantization is quantize_options.py's.
 
 Checked without importing torch or executorch: the option and field lists are in
 project/backends.py and project/compile_configs.py.
@@ -10,14 +10,12 @@ project/backends.py and project/compile_configs.py.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TypeAlias, TypedDict
 
 from lowerd.project.backends import BACKEND_OPTIONS, BACKENDS, OptionKind
 from lowerd.project.compile_configs import COMPILE_CONFIGS
 from lowerd.project.config_reader import KeyReader, Table, describe, did_you_mean, key_name
-from lowerd.project.config_values import positive_int, reference
-from lowerd.project.located import Located
+from lowerd.project.config_values import positive_int
 from lowerd.project.toml_lines import KeyPath
 
 # A backend option's or a config field's value, as checked against its OptionKind.
@@ -33,37 +31,6 @@ class WholeProgram(TypedDict):
 
     backend_id: str  # the BackendDetails class name
     compile_specs: dict[str, str]
-
-
-# [tool.lowerd.targets.T.quantize] scheme -> is_dynamic of ExecuTorch's
-# get_symmetric_quantization_config (both symmetric, per-channel).
-QUANTIZE_SCHEMES = {"xnnpack-int8": False, "xnnpack-int8-dynamic": True}
-QUANTIZE_KEYS = ("scheme", "calibration")
-
-
-@dataclass(frozen=True)
-class QuantizeConfig:
-    """[tool.lowerd.targets.T.quantize]: ExecuTorch's PT2E flow with XNNPACKQuantizer."""
-
-    scheme: str  # a key of QUANTIZE_SCHEMES
-    # "file.py:fn" or "package.module:fn" returning example-argument tuples; None: the target's
-    # own example args.
-    calibration: Located[str] | None
-    line: int  # the table's (or its scheme key's) line
-
-    @property
-    def is_dynamic(self) -> bool:
-        return QUANTIZE_SCHEMES[self.scheme]
-
-    def calibration_parts(self) -> tuple[str, str]:
-        """(file path or module name, function name) of the calibration function."""
-        calibration = self.calibration.value if self.calibration else ""
-        module_or_path, _, function = calibration.rpartition(":")
-        return module_or_path, function
-
-    def to_json(self) -> dict[str, str | None]:
-        calibration = self.calibration.value if self.calibration else None
-        return {"scheme": self.scheme, "calibration": calibration}
 
 
 # Backend options and config fields -----------------------------------------------------------
@@ -185,7 +152,7 @@ def lay_fields(default: Options, given: Options | None) -> Options:
     return {**default, **(given or {})}
 
 
-# Constant methods, whole program, quantization -----------------------------------------------
+# Constant methods, whole program --------------------------------------------------------------
 
 
 def constant_methods(reader: KeyReader, value: object, key: KeyPath) -> ConstantMethods:
@@ -237,39 +204,6 @@ def whole_program(reader: KeyReader, value: object, key: KeyPath) -> WholeProgra
                 (*key, "compile_specs", spec_key),
             )
     return WholeProgram(backend_id=backend_id, compile_specs=dict(specs))
-
-
-def quantize(reader: KeyReader, value: object, key: KeyPath) -> QuantizeConfig:
-    schemes = ", ".join(QUANTIZE_SCHEMES)
-    if not isinstance(value, dict):
-        raise reader.error(
-            f'quantize must be a table like {{ scheme = "xnnpack-int8" }}, got {describe(value)}',
-            key,
-        )
-    reader.check_keys(value, QUANTIZE_KEYS, key, "quantize")
-    if "scheme" not in value:
-        raise reader.error(f"quantize has no scheme; valid schemes: {schemes}", key)
-    scheme = value["scheme"]
-    if not isinstance(scheme, str):
-        raise reader.error(
-            f"quantize scheme must be a string, one of {schemes}; got {describe(scheme)}",
-            (*key, "scheme"),
-        )
-    if scheme not in QUANTIZE_SCHEMES:
-        hint = did_you_mean(scheme, QUANTIZE_SCHEMES)
-        raise reader.error(
-            f"unknown quantize scheme {scheme!r}{hint}; valid schemes: {schemes}",
-            (*key, "scheme"),
-        )
-    line = reader.locator.header_line(key) or reader.line((*key, "scheme")) or 1
-    calibration = None
-    if value.get("calibration") is not None:
-        calibration_key = (*key, "calibration")
-        calibration = Located(
-            reference(reader, value["calibration"], calibration_key),
-            reader.line(calibration_key) or line,
-        )
-    return QuantizeConfig(scheme=scheme, calibration=calibration, line=line)
 
 
 # Rules between keys --------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 from lowerd.project.backends import BACKENDS
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.lowering_options import WholeProgram
+from lowerd.project.quantize_options import TorchaoLinears
 
 _HEADER = '''\
 """Stock ExecuTorch, no lowerd: reproduces lowerd target {name!r} of {config}.
@@ -81,6 +82,40 @@ def quantized(name, module, args, shapes):
 
 """
 
+_TORCHAO = '''
+from torchao.quantization.granularity import {granularity_class}
+from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig, quantize_
+from torchao.utils import TorchAOBaseTensor, unwrap_tensor_subclass
+
+config = Int8DynamicActivationIntxWeightConfig(
+    weight_dtype=torch.int{weight_bits},
+    weight_granularity={granularity},
+    intx_choose_qparams_algorithm={qparams_algorithm!r},
+)
+
+
+def selected(module, fqn):
+    """torchao's default filter (every nn.Linear but nn.MultiheadAttention's out-projection),
+    {which}skipping a linear quantized already (methods may share one)."""
+    return (
+        isinstance(module, torch.nn.Linear)
+        and not isinstance(module, torch.nn.modules.linear.NonDynamicallyQuantizableLinear)
+        and not isinstance(module.weight, TorchAOBaseTensor){divisible}
+    )
+
+
+quantized_modules = set()
+
+
+def quantized(name, module, args, shapes):
+    if id(module) not in quantized_modules:  # methods may share a module: quantize it once
+        quantized_modules.add(id(module))
+        quantize_(module, config, filter_fn=selected)
+        unwrap_tensor_subclass(module)
+    return module
+
+'''
+
 _EXPORT = """
 programs = {{}}
 for name, (module, args, *rest) in methods.items():
@@ -114,9 +149,26 @@ def stock_script(config: ProjectConfig, target: TargetConfig) -> str:
 def _quantize(target: TargetConfig) -> str:
     if target.quantize is None:
         return ""
+    if target.quantize.torchao is not None:
+        return _torchao(target.quantize.torchao)
     calibration = target.quantize.calibration
     samples = f"load({calibration.value!r})()" if calibration else "{}"
     return _QUANTIZE.format(samples=samples, is_dynamic=target.quantize.is_dynamic)
+
+
+def _torchao(linears: TorchaoLinears) -> str:
+    """torchao's quantize_ on each distinct module, as lowering/torchao_quantize.py runs it."""
+    group_size = linears.group_size
+    divisible = linears.filter == "linear_divisible" and group_size is not None
+    per_group = linears.granularity == "per_group"
+    return _TORCHAO.format(
+        granularity_class="PerGroup" if per_group else "PerAxis",
+        granularity=f"PerGroup({group_size})" if per_group else "PerAxis(0)",
+        weight_bits=linears.weight_bits,
+        qparams_algorithm=linears.qparams_algorithm,
+        which=f"kept if in_features divides by {group_size} (optimum's), " if divisible else "",
+        divisible=f"\n        and module.weight.shape[1] % {group_size} == 0" if divisible else "",
+    )
 
 
 def _lower(target: TargetConfig) -> str:

@@ -164,8 +164,8 @@ class TargetResult:
     backend_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     # The .ptd and .etrecord files written beside the output, in the order written.
     data_files: list[DataFile] = field(default_factory=list)
-    # The edge and emit configs, transform_passes and constant_methods given to ExecuTorch
-    # (TargetConfig.lowering_options()): only those the target sets.
+    # The edge and emit configs, transform_passes and constant_methods given to ExecuTorch, and
+    # the declared quantization (TargetConfig.shown_options()): only those the target sets.
     options: dict[str, Any] = field(default_factory=dict)
     # The declared quantization scheme ([tool.lowerd.targets.T.quantize] scheme), if any.
     quantize: str | None = None

@@ -1,0 +1,38 @@
+"""Tiny float models of linears for torchao's 8da4w / 8da8w: fc1 and fc2 take in_features 64 and
+32 (multiples of the group size 32), fc3 takes 20 (not one) unless the model is aligned."""
+
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, tail_features):
+        super().__init__()
+        self.fc1 = nn.Linear(64, 32)
+        self.fc2 = nn.Linear(32, tail_features)
+        self.fc3 = nn.Linear(tail_features, 8)
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+def make():
+    """fc3 takes 20 features: per_group 32 quantizes it only if the filter lets it (and fails)."""
+    torch.manual_seed(0)
+    return Net(20).eval(), (torch.randn(2, 64),)
+
+
+def make_aligned():
+    """Every in_features a multiple of 32: torchao's default filter quantizes all three."""
+    torch.manual_seed(0)
+    return Net(32).eval(), (torch.randn(2, 64),)
+
+
+def make_two():
+    """Two methods whose modules share one nn.Linear(32, 32): it is quantized once."""
+    torch.manual_seed(0)
+    shared = nn.Linear(32, 32)
+    return {
+        "encode": (nn.Sequential(shared, nn.ReLU()).eval(), (torch.randn(2, 32),)),
+        "decode": (nn.Sequential(shared, nn.Linear(32, 8)).eval(), (torch.randn(2, 32),)),
+    }
