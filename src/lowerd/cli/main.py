@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TypeAlias
 
 from lowerd import __version__
 from lowerd.cli.exit_codes import EXIT_TARGET_FAILED, EXIT_USAGE
@@ -51,6 +52,10 @@ def quiet_library_logs() -> None:
     logging.getLogger().addHandler(handler)
 
 
+# What add_subparsers returns (argparse names its class privately); each _add_* adds one command.
+Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
 def command_parser() -> argparse.ArgumentParser:
     """The `lowerd` command's arguments, whose `--help` texts docs/cli.md shows (generated)."""
     parser = argparse.ArgumentParser(
@@ -58,7 +63,22 @@ def command_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"lowerd {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (
+        _add_build,
+        _add_report,
+        _add_compare,
+        _add_explain,
+        _add_stock_script,
+        _add_daemon,
+        _add_cache,
+        _add_serve,
+    ):
+        add(commands)
+    return parser
 
+
+def _add_build(commands: Subcommands) -> None:
+    """`lowerd build`: export and lower targets."""
     build = commands.add_parser("build", help="export and lower targets to .pte files")
     build.add_argument(
         "targets", nargs="*", metavar="TARGET", help="targets to build (default all)"
@@ -110,6 +130,9 @@ def command_parser() -> argparse.ArgumentParser:
     )
     build.set_defaults(run=_run_build)
 
+
+def _add_report(commands: Subcommands) -> None:
+    """`lowerd report`: the last build's report, from the records."""
     report = commands.add_parser("report", help="show the last build's report, without building")
     report.add_argument("targets", nargs="*", metavar="TARGET", help="targets (default all)")
     report.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
@@ -124,6 +147,9 @@ def command_parser() -> argparse.ArgumentParser:
     report.add_argument("--modules", action="store_true", help="as lowerd build --modules")
     report.set_defaults(run=_run_report)
 
+
+def _add_compare(commands: Subcommands) -> None:
+    """`lowerd compare`: one target, each backend alone."""
     compare = commands.add_parser(
         "compare", help="lower a target with each backend alone and show them side by side"
     )
@@ -155,6 +181,9 @@ def command_parser() -> argparse.ArgumentParser:
     )
     compare.set_defaults(run=_run_compare)
 
+
+def _add_explain(commands: Subcommands) -> None:
+    """`lowerd explain`: why the last build did what it did."""
     explain = commands.add_parser("explain", help="why the last build of targets did what it did")
     explain.add_argument(
         "targets", nargs="*", metavar="TARGET", help="targets to explain (default all)"
@@ -163,6 +192,9 @@ def command_parser() -> argparse.ArgumentParser:
     explain.add_argument("--json", action="store_true", help="print it as one JSON document")
     explain.set_defaults(run=_run_explain)
 
+
+def _add_stock_script(commands: Subcommands) -> None:
+    """`lowerd stock-script`: the stock ExecuTorch script of a target."""
     script = commands.add_parser(
         "stock-script", help="print a stock ExecuTorch script that reproduces a target"
     )
@@ -170,11 +202,17 @@ def command_parser() -> argparse.ArgumentParser:
     script.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
     script.set_defaults(run=_run_stock_script)
 
+
+def _add_daemon(commands: Subcommands) -> None:
+    """`lowerd daemon ACTION`."""
     daemon = commands.add_parser("daemon", help="start, stop or ask the project's build daemon")
     daemon.add_argument("--config", help="pyproject.toml of the project (default: found from cwd)")
     daemon.add_argument("action", choices=("start", "stop", "status", "restart"))
     daemon.set_defaults(run=_run_daemon)
 
+
+def _add_cache(commands: Subcommands) -> None:
+    """`lowerd cache ACTION`."""
     cache = commands.add_parser("cache", help="inspect or trim the delegate blob cache")
     cache.add_argument("--config", help="pyproject.toml whose cache settings apply")
     cache_commands = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
@@ -184,11 +222,13 @@ def command_parser() -> argparse.ArgumentParser:
     gc.set_defaults(run=_run_cache_gc)
     cache_commands.add_parser("clear", help="remove every entry").set_defaults(run=_run_cache_clear)
 
+
+def _add_serve(commands: Subcommands) -> None:
+    """`lowerd serve`: the language server."""
     serve = commands.add_parser("serve", help="run the language server editors start (stdio)")
     serve.add_argument("--tcp", metavar="HOST:PORT", type=_host_port, help="listen on TCP instead")
     serve.add_argument("--workers", type=_positive_int, default=2, help="builds run at once")
     serve.set_defaults(run=_run_serve)
-    return parser
 
 
 def _positive_int(text: str) -> int:
@@ -206,7 +246,7 @@ def _host_port(text: str) -> tuple[str, int]:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from lowerd.daemon.server import serve
+    from lowerd.daemon.serve import serve
 
     return serve(tcp=args.tcp, workers=args.workers)
 

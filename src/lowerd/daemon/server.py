@@ -17,46 +17,31 @@ and result come back here as the session's listener and go to the view and the c
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from lsprotocol import types
 from pygls.uris import from_fs_path, to_fs_path
 
 from lowerd.daemon.commands import (
-    BuildAnswer,
     BuildFinished,
     BuildStarted,
-    PageAnswer,
-    ReportAnswer,
-    ScriptAnswer,
-    target_names,
 )
-from lowerd.daemon.compare_service import COMPARE, compare_answer
-from lowerd.daemon.diagnostics import SOURCE, read_lines_from_disk
+from lowerd.daemon.diagnostics import read_lines_from_disk
 from lowerd.daemon.editor_view import (
-    BUILD,
-    BUILD_ALL,
     BUILD_FINISHED,
     BUILD_STARTED,
-    REPORT,
-    REPORT_PAGE,
-    STOCK_SCRIPT,
     EditorView,
 )
 from lowerd.daemon.lsp_protocol import GuardedLanguageServer
 from lowerd.daemon.progress import BuildProgress
 from lowerd.daemon.session import ProjectSession
 from lowerd.daemon.settings import SECTION
-from lowerd.project.explain import EXPLAIN, explain_answer
-from lowerd.project.explain_document import ExplainAnswer
-from lowerd.project.result import ErrorInfo, TargetResult
+from lowerd.project.result import TargetResult
 from lowerd.project.version import LOWERD_VERSION
-from lowerd.project.wire import WireError, encode
+from lowerd.project.wire import encode
 from lowerd.worker.protocol import PartitionedEvent, ProgressEvent, WorkerEvent
-from lowerd.worker.tasks import spawn
 
 
 class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protocol.py)
@@ -175,158 +160,3 @@ class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protoco
     def _client_has_progress(self) -> bool:
         window = self.client_capabilities.window
         return bool(window and window.work_done_progress)
-
-
-def answer(value: object) -> dict[str, Any]:
-    """A command's answer as the client gets it: JSON of the answer's class."""
-    document: dict[str, Any] = encode(value)
-    return document
-
-
-def create_server(workers: int = 2) -> LowerdServer:
-    server = LowerdServer(workers)
-
-    @server.feature(types.INITIALIZE)
-    def initialize(ls: LowerdServer, params: types.InitializeParams) -> None:
-        ls.initialize(params)
-
-    @server.feature(types.INITIALIZED)
-    async def initialized(ls: LowerdServer, params: types.InitializedParams) -> None:
-        await ls.session.start()
-
-    @server.feature(types.SHUTDOWN)
-    async def shutdown(ls: LowerdServer, params: None) -> None:
-        await ls.session.stop()
-
-    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: LowerdServer, params: types.DidOpenTextDocumentParams) -> None:
-        path = to_fs_path(params.text_document.uri)
-        if ls.session.started and path:  # some editors forget diagnostics of closed files
-            ls.publish(force=[from_fs_path(path)])
-
-    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
-    def did_save(ls: LowerdServer, params: types.DidSaveTextDocumentParams) -> None:
-        path = to_fs_path(params.text_document.uri)
-        if path:
-            ls.session.file_changed(Path(path))
-
-    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    def did_change_configuration(
-        ls: LowerdServer, params: types.DidChangeConfigurationParams
-    ) -> None:
-        # Pushed settings apply before the next message is handled (a save right after them
-        # builds with them); a client that sends none wants to be asked.
-        if params.settings:
-            ls.apply_settings(params.settings)
-        else:
-            spawn(ls.pull_settings())
-
-    @server.feature(
-        types.TEXT_DOCUMENT_DIAGNOSTIC,
-        types.DiagnosticOptions(
-            identifier=SOURCE, inter_file_dependencies=True, workspace_diagnostics=True
-        ),
-    )
-    def document_diagnostic(
-        ls: LowerdServer, params: types.DocumentDiagnosticParams
-    ) -> types.DocumentDiagnosticReport:
-        uri = params.text_document.uri
-        return ls.view.document_diagnostics(uri, params.previous_result_id)
-
-    @server.feature(types.WORKSPACE_DIAGNOSTIC)
-    def workspace_diagnostic(
-        ls: LowerdServer, params: types.WorkspaceDiagnosticParams
-    ) -> types.WorkspaceDiagnosticReport:
-        return ls.view.workspace_diagnostics(params.previous_result_ids)
-
-    @server.feature(types.TEXT_DOCUMENT_INLAY_HINT, types.InlayHintOptions(resolve_provider=False))
-    def inlay_hint(ls: LowerdServer, params: types.InlayHintParams) -> list[types.InlayHint]:
-        return ls.view.inlay_hints(params.text_document.uri, params.range)
-
-    @server.feature(
-        types.TEXT_DOCUMENT_CODE_ACTION,
-        types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.Empty]),
-    )
-    def code_action(ls: LowerdServer, params: types.CodeActionParams) -> list[types.CodeAction]:
-        return ls.view.code_actions(params.text_document.uri, params.context.diagnostics)
-
-    @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
-    def code_lens(ls: LowerdServer, params: types.CodeLensParams) -> list[types.CodeLens]:
-        return ls.view.code_lenses(params.text_document.uri)
-
-    @server.feature(types.TEXT_DOCUMENT_HOVER)
-    def hover(ls: LowerdServer, params: types.HoverParams) -> types.Hover | None:
-        return ls.view.hover(params.text_document.uri, params.position.line)
-
-    @server.command(BUILD)
-    async def build(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        try:
-            names = target_names(arguments)
-        except WireError as error:
-            return answer(BuildAnswer(error=str(error)))
-        return answer(await ls.view.build_answer(names))
-
-    @server.command(BUILD_ALL)
-    async def build_all(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        config = ls.session.config
-        return answer(await ls.view.build_answer(list(config.targets) if config else []))
-
-    @server.command(REPORT_PAGE)
-    def report_page(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        try:
-            return answer(ls.view.report_page_answer(target_names(arguments)))
-        except WireError as error:
-            return answer(PageAnswer(error=str(error)))
-
-    @server.command(STOCK_SCRIPT)
-    def stock_script(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        try:
-            return answer(ls.view.stock_script_answer(target_names(arguments)))
-        except WireError as error:
-            return answer(ScriptAnswer(error=str(error)))
-
-    @server.command(REPORT)
-    def report(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        try:
-            return answer(ls.view.report_answer(target_names(arguments)))
-        except WireError as error:
-            return answer(ReportAnswer(None, ErrorInfo("invalid-arguments", str(error))))
-
-    @server.command(EXPLAIN)  # "Explain this rebuild": what `lowerd explain --json` prints
-    def explain(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        try:
-            return answer(explain_answer(ls.session.config, target_names(arguments)))
-        except WireError as error:
-            return answer(ExplainAnswer(error=str(error)))
-
-    @server.command(COMPARE)  # [target, backends?]: what `lowerd compare --json` prints
-    async def compare(ls: LowerdServer, *arguments: Any) -> dict[str, Any]:
-        session = ls.session
-        limit = session.settings.memory_limit
-        return answer(await compare_answer(session.pool, session.config, arguments, limit))
-
-    return server
-
-
-def serve(tcp: tuple[str, int] | None = None, workers: int = 2) -> int:
-    server = create_server(workers)
-    if tcp is not None:
-        server.start_tcp(*tcp)
-        return 0
-    stdin, stdout = _protocol_streams()
-    server.start_io(stdin, stdout)
-    return 0
-
-
-def _protocol_streams() -> tuple[BinaryIO, BinaryIO]:
-    """The client's pipes, kept for the protocol alone: fd 1 then points at stderr and fd 0 at
-    /dev/null, so that nothing else (a library's print, a child process) can corrupt or steal
-    LSP messages."""
-    stdin = os.fdopen(os.dup(0), "rb")
-    stdout = os.fdopen(os.dup(1), "wb")
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return stdin, stdout
