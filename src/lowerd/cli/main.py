@@ -6,7 +6,6 @@ Exit codes: 0 every target built; 1 a target failed (the others still build); 2 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ from typing import TypeAlias
 from lowerd import __version__
 from lowerd.cli.exit_codes import EXIT_TARGET_FAILED, EXIT_USAGE
 from lowerd.project.errors import ConfigError, LowerdError
+from lowerd.project.library_output import quiet_library_logs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,22 +34,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("lowerd: interrupted", file=sys.stderr)
         return 130
-
-
-def quiet_library_logs() -> None:
-    """Backends chat on the root logger (Vulkan even sets it to INFO); lowerd reports failures
-    itself, so library records below $LOWERD_LOG_LEVEL (default ERROR) are not shown.
-
-    A root handler installed first also turns the libraries' own basicConfig() calls into no-ops.
-    Warnings raised in libraries become DEBUG records for it (project/library_output.py).
-    """
-    from lowerd.project.library_output import capture_library_warnings, log_level
-
-    capture_library_warnings()
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setLevel(log_level("ERROR", "LOWERD_LOG_LEVEL"))
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    logging.getLogger().addHandler(handler)
 
 
 # What add_subparsers returns (argparse names its class privately); each _add_* adds one command.

@@ -167,7 +167,7 @@ def _output_as_lowerd_has_it() -> None:
     warnings and records behind $LOWERD_LOG_LEVEL, as in a local build's forks."""
     global _quieted
     if not _quieted:
-        from lowerd.cli.main import quiet_library_logs
+        from lowerd.project.library_output import quiet_library_logs
 
         quiet_library_logs()
         _quieted = True

@@ -60,6 +60,20 @@ def route_library_logs(libraries: tuple[str, ...] = LIBRARIES) -> None:
             logger.propagate = False  # else the root's handlers would see a record twice
 
 
+def quiet_library_logs() -> None:
+    """Backends chat on the root logger (Vulkan even sets it to INFO); lowerd reports failures
+    itself, so library records below $LOWERD_LOG_LEVEL (default ERROR) are not shown.
+
+    A root handler installed first also turns the libraries' own basicConfig() calls into no-ops.
+    Warnings raised in libraries become DEBUG records for it (capture_library_warnings).
+    """
+    capture_library_warnings()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(log_level("ERROR", "LOWERD_LOG_LEVEL"))
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+
+
 def log_level(default: str, *variables: str) -> int:
     """The level named by the first of these environment variables that is set, or default: a
     name logging does not know (LOWERD_LOG_LEVEL=verbose) falls back, never fails a start."""
