@@ -41,6 +41,28 @@ quantize = { scheme = "8da4w", qparams_algorithm = "hqq_scale_only", filter = "l
 [tool.lowerd.targets.whole_dynamic]
 entry = "models/dynamic.py:make"
 whole_program = { backend_id = "XnnpackBackend" }
+
+[tool.lowerd.targets.recipe_methods]
+entry = "models/two_methods.py:make"
+recipe = "xnnpack_pt2e_int8_dynamic_per_channel"
+constant_methods = { vocab = 32 }
+
+[tool.lowerd.targets.recipe_calibrated]
+entry = "models/tiny_linear.py:make"
+recipe = { name = "xnnpack_pt2e_int8_static_per_tensor", calibration = "models/calib.py:samples" }
+
+[tool.lowerd.targets.recipe_dynamic]
+entry = "models/dynamic.py:make"
+recipe = "xnnpack_fp32"
+"""
+
+CALIBRATION = """\
+import torch
+
+
+def samples():
+    generator = torch.Generator().manual_seed(3)
+    return [(torch.randn(2, 8, generator=generator),) for _ in range(3)]
 """
 
 
@@ -51,6 +73,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProjectConfig]
         (root / "models" / "lookup.py").write_text(lookup.read_text())
         linears = PROJECTS / "torchaoquant" / "models" / "linears.py"  # two methods, one linear
         (root / "models" / "linears.py").write_text(linears.read_text())
+        (root / "models" / "calib.py").write_text(CALIBRATION)
         pyproject = root / "pyproject.toml"
         pyproject.write_text(pyproject.read_text() + TARGETS)
         yield load_config(pyproject)
@@ -63,7 +86,19 @@ def lowerd_build(config: ProjectConfig, name: str) -> TargetResult:
     return result
 
 
-@pytest.mark.parametrize("name", ["two_methods", "options", "int8", "int4", "whole_dynamic"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "two_methods",
+        "options",
+        "int8",
+        "int4",
+        "whole_dynamic",
+        "recipe_methods",
+        "recipe_calibrated",
+        "recipe_dynamic",
+    ],
+)
 def test_the_script_writes_what_lowerd_wrote(
     project: ProjectConfig, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

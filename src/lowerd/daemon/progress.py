@@ -15,6 +15,7 @@ from pygls.progress import Progress
 # Where each stage puts a progress bar; preprocess fills its span as partitions are done.
 _STAGE_PERCENT = {
     "load": 5,
+    "source_transform": 8,
     "quantize": 10,
     "export": 15,
     "partition": 35,

@@ -29,6 +29,7 @@ from lowerd.lowering.inputs import InputRecorder
 from lowerd.lowering.loading import export, load, quantize
 from lowerd.lowering.lower import choose_route, lower
 from lowerd.lowering.outputs import keep, write
+from lowerd.lowering.recipe import with_recipe
 from lowerd.lowering.reuse import Reuse, decide_reuse, previous_build
 from lowerd.lowering.route import LoweringRoute
 from lowerd.lowering.stages import (
@@ -149,7 +150,7 @@ def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed:
         with recorder.recording():
             with qparams.installed():  # the entry quantizes: convert_pt2e runs the searches
                 loaded = load(ctx)
-                ctx = ctx.at_entry(loaded.entry)
+                ctx = with_recipe(ctx.at_entry(loaded.entry))  # a recipe target's recipe
                 loaded = quantize(ctx, loaded)  # [quantize]: the same searches
             route = choose_route(ctx)
             exported = export(ctx, loaded)

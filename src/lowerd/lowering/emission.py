@@ -24,11 +24,7 @@ def emit(ctx: BuildContext, lowered: Lowered) -> Emitted:
     """The program emitted: its bytes, its data files' bytes, its sizes on each report."""
     ctx.stage("emit")
     try:
-        from executorch.exir import ExecutorchBackendConfig
-
-        # ExecutorchBackendConfig() is to_executorch's own default.
-        config = ExecutorchBackendConfig(**ctx.target.executorch_backend_config)
-        manager = lowered.edge.to_executorch(config)
+        manager = lowered.edge.to_executorch(_backend_config(ctx))
         buffer = bytes(manager.buffer)
     except Exception as error:
         raise ctx.blame(LoweringError, error, "ExecuTorch emission failed") from error
@@ -42,6 +38,17 @@ def emit(ctx: BuildContext, lowered: Lowered) -> Emitted:
         cache=lowered.cache,
         partitions=lowered.partitions,
     )
+
+
+def _backend_config(ctx: BuildContext) -> Any:
+    """The target's ExecutorchBackendConfig; a recipe target's is its recipe's (None:
+    to_executorch's default, as ExportSession's TO_EXECUTORCH stage passes it)."""
+    if ctx.recipe is not None:
+        return ctx.recipe.executorch_backend_config
+    from executorch.exir import ExecutorchBackendConfig
+
+    # ExecutorchBackendConfig() is to_executorch's own default.
+    return ExecutorchBackendConfig(**ctx.target.executorch_backend_config)
 
 
 def _sized(

@@ -8,6 +8,7 @@ tracing their modules), so these run while build.py records the files the build 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from lowerd.lowering.entry import LoadedEntry, definition_site, load_entry
 from lowerd.lowering.export_output import export_output_held
@@ -32,7 +33,12 @@ def load(ctx: BuildContext) -> Loaded:
 
 def quantize(ctx: BuildContext, loaded: Loaded) -> Loaded:
     """Each method quantized as the target declares: by ExecuTorch's PT2E flow (new modules),
-    or by torchao's quantize_ (the entry's modules, changed in place)."""
+    or by torchao's quantize_ (the entry's modules, changed in place); a recipe target's by its
+    recipe (source transform, then quantize)."""
+    if ctx.recipe is not None:
+        from lowerd.lowering.recipe import transform_and_quantize
+
+        return transform_and_quantize(ctx, loaded)
     declared = ctx.target.quantize
     if declared is None:
         return loaded
@@ -45,7 +51,9 @@ def quantize(ctx: BuildContext, loaded: Loaded) -> Loaded:
         return loaded
     from lowerd.lowering.quantize import calibration_samples, quantize_method
 
-    samples = calibration_samples(ctx.config, ctx.target, declared, list(loaded.methods))
+    samples = calibration_samples(
+        ctx.config, ctx.target, declared.calibration, list(loaded.methods)
+    )
     quantized = {}
     for name, method in loaded.methods.items():
         ctx.stage("quantize", name)
@@ -54,8 +62,25 @@ def quantize(ctx: BuildContext, loaded: Loaded) -> Loaded:
 
 
 def export(ctx: BuildContext, loaded: Loaded) -> Exported:
-    """torch.export of each method, and the fingerprint that tells whether the program is the
-    last build's."""
+    """torch.export of each method (a recipe target's as its recipe says), and the fingerprint
+    that tells whether the program is the last build's."""
+    if ctx.recipe is not None:
+        from lowerd.lowering.recipe import export_programs
+
+        programs = export_programs(ctx, loaded.methods)
+    else:
+        programs = _export_programs(ctx, loaded)
+    program = fingerprint(
+        programs,
+        ctx.target.backends,
+        ctx.user_files,
+        ctx.target.used_backend_options(),
+        ctx.target.lowering_options(),
+    )
+    return Exported(dict(loaded.methods), programs, program)
+
+
+def _export_programs(ctx: BuildContext, loaded: Loaded) -> dict[str, Any]:
     import torch
 
     programs = {}
@@ -68,14 +93,7 @@ def export(ctx: BuildContext, loaded: Loaded) -> Exported:
                 )
         except Exception as error:
             raise ctx.blame(ExportError, error, f"torch.export of {name!r} failed") from error
-    program = fingerprint(
-        programs,
-        ctx.target.backends,
-        ctx.user_files,
-        ctx.target.used_backend_options(),
-        ctx.target.lowering_options(),
-    )
-    return Exported(dict(loaded.methods), programs, program)
+    return programs
 
 
 def _entry_site(entry: LoadedEntry, user_files: UserFiles) -> SourceSite | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from lowerd.lowering.partitioner_route import PartitionerRoute
 from lowerd.lowering.preprocess_cache import PreprocessCache
 from lowerd.lowering.rebuild_facts import lowered_partitions
+from lowerd.lowering.recipe_route import RecipeRoute
 from lowerd.lowering.report import method_report
 from lowerd.lowering.route import EdgeSettings, LoweringProgress, LoweringRoute
 from lowerd.lowering.stages import BuildContext, Exported, Lowered
@@ -22,6 +23,8 @@ from lowerd.project.result import CacheSummary
 def choose_route(ctx: BuildContext) -> LoweringRoute:
     """The target's route, its own lowering code loaded (the user's code: called while the
     build records what it reads)."""
+    if ctx.recipe is not None:
+        return RecipeRoute.of(ctx)
     if ctx.target.whole_program:
         return WholeProgramRoute.of(ctx.target.whole_program.value)
     return PartitionerRoute.load(ctx)

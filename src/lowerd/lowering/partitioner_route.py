@@ -10,10 +10,11 @@ the same program either way (lowering/edge_speedups.py, xnnpack_passes.py, vulka
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lowerd.lowering.observed_partitioner import observe
 from lowerd.lowering.reasons import PartitionReasons
@@ -28,6 +29,9 @@ from lowerd.lowering.stages import BuildContext, Exported
 from lowerd.lowering.user_lowering import load_partitioners, load_transform_passes
 from lowerd.project.backends import BACKENDS, Backend
 from lowerd.project.errors import BackendUnavailableError
+
+if TYPE_CHECKING:
+    from lowerd.lowering.edge_speedups import EdgeSpeedups
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class PartitionerRoute:
         transform_passes = load_transform_passes(ctx)
         custom = load_partitioners(ctx)
         if custom is not None:
-            displays = tuple(_display_of(partitioner) for partitioner in custom)
+            displays = tuple(display_of(partitioner) for partitioner in custom)
         else:
             displays = tuple(BACKENDS[name].display for name in ctx.target.backends)
         return cls(transform_passes, custom, displays)
@@ -58,8 +62,6 @@ class PartitionerRoute:
         progress: LoweringProgress,
     ) -> Lowering:
         from lowerd.lowering.edge_speedups import EdgeSpeedups
-        from lowerd.lowering.vulkan_patterns import pattern_graphs_made_once
-        from lowerd.lowering.xnnpack_passes import XnnpackPassSkips
 
         speedups = EdgeSpeedups(ctx.store)
         with speedups.op_table_served():  # ExecuTorch's first import in a process parses it
@@ -69,7 +71,7 @@ class PartitionerRoute:
         partitioners = self._observed(ctx, reasons, list(exported.programs), progress)
 
         def lowering() -> EdgeProgram:
-            with speedups.installed(), XnnpackPassSkips().installed(), pattern_graphs_made_once():
+            with edge_speedups(speedups):
                 edge = to_edge_transform_and_lower(
                     dict(exported.programs),
                     transform_passes=self.transform_passes,
@@ -89,23 +91,44 @@ class PartitionerRoute:
         methods: list[str],
         progress: LoweringProgress,
     ) -> list[Any]:
-        """The partitioners as ExecuTorch gets them: each listened to for its reasons, the
-        last one (which sees each method's final split into partitions) for its report."""
         partitioners = self.custom if self.custom is not None else self._backends(ctx)
-        on_result = _reporter(ctx, self.displays, methods, reasons, progress)
-        observed = []
-        for index, partitioner in enumerate(partitioners):
-            display = self.displays[index]
-            reasons.note_configs(partitioner, display)
-            last = index == len(partitioners) - 1
-            listening = partial(reasons.listening, display)
-            observed.append(observe(partitioner, listening, on_result if last else None))
-        return observed
+        return observed_partitioners(ctx, partitioners, self.displays, reasons, methods, progress)
 
     def _backends(self, ctx: BuildContext) -> tuple[Any, ...]:
         options = ctx.target.backend_options
         backends = [BACKENDS[name] for name in ctx.target.backends]
         return tuple(_partitioner(ctx, b, options.get(b.name)) for b in backends)
+
+
+@contextmanager
+def edge_speedups(speedups: EdgeSpeedups) -> Iterator[None]:
+    """What gives the same edge program faster, installed while ExecuTorch lowers."""
+    from lowerd.lowering.vulkan_patterns import pattern_graphs_made_once
+    from lowerd.lowering.xnnpack_passes import XnnpackPassSkips
+
+    with speedups.installed(), XnnpackPassSkips().installed(), pattern_graphs_made_once():
+        yield
+
+
+def observed_partitioners(
+    ctx: BuildContext,
+    partitioners: Sequence[Any],
+    displays: tuple[str, ...],
+    reasons: PartitionReasons,
+    methods: list[str],
+    progress: LoweringProgress,
+) -> list[Any]:
+    """The partitioners as ExecuTorch gets them: each listened to for its reasons, the last one
+    (which sees each method's final split into partitions) for its report."""
+    on_result = _reporter(ctx, displays, methods, reasons, progress)
+    observed = []
+    for index, partitioner in enumerate(partitioners):
+        display = displays[index]
+        reasons.note_configs(partitioner, display)
+        last = index == len(partitioners) - 1
+        listening = partial(reasons.listening, display)
+        observed.append(observe(partitioner, listening, on_result if last else None))
+    return observed
 
 
 def _partitioner(ctx: BuildContext, backend: Backend, options: Any) -> Any:
@@ -148,7 +171,7 @@ def _reporter(
     return report
 
 
-def _display_of(partitioner: Any) -> str:
+def display_of(partitioner: Any) -> str:
     """A partitioner's backend as the report names it, by the backend id its delegation spec
     names; a partitioner without one by its class."""
     spec = getattr(partitioner, "delegation_spec", None)

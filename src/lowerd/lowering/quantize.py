@@ -25,6 +25,7 @@ from typing import Any
 from lowerd.lowering.entry import MethodSpec, definition_site, find_function
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.errors import EntryError, LowerdError, LoweringError
+from lowerd.project.located import Located
 from lowerd.project.quantize_options import QuantizeConfig
 from lowerd.project.source_map import UserFiles
 
@@ -34,10 +35,12 @@ Samples = list[tuple[Any, ...]]
 
 
 def calibration_samples(
-    config: ProjectConfig, target: TargetConfig, quantize: QuantizeConfig, methods: list[str]
+    config: ProjectConfig,
+    target: TargetConfig,
+    calibration: Located[str] | None,
+    methods: list[str],
 ) -> dict[str, Samples]:
     """Each method's calibration tuples, from the calibration function (called once) if any."""
-    calibration = quantize.calibration
     if calibration is None:
         return {}
     function = find_function(config, target, calibration, "calibration")

@@ -17,14 +17,15 @@ frozen record per stage, each stage a function of the build's context and the re
     emit(ctx, Lowered) -> Emitted        the .pte's bytes, its data files' bytes, its sizes
     write(ctx, Emitted) -> Written       on disk, data files first, each atomically
 
-(loading.py: load, quantize, export; reuse.py: decide_reuse; lower.py: lower, by one of the two
+(loading.py: load, quantize, export; reuse.py: decide_reuse; lower.py: lower, by one of the
 routes of route.py; emission.py: emit; outputs.py: write, keep.) The TargetResult is made once,
 from the records, when the last stage is done.
 
 A stage added later plugs in the same way: a function from the record before it to a new record.
-One that changes the model before export (a recipe's source transform) is Loaded -> Loaded, as
-quantize is. One that runs after emission (checking the .pte on a runtime, a bundled program) is
-an `EmittedStage`, Emitted -> Emitted: it sees the buffer, the data files and the
+One that changes the model before export is Loaded -> Loaded, as quantize is (a recipe target's
+source transform is one: lowering/recipe.py runs ExecuTorch's ExportSession stages as lowerd's).
+One that runs after emission (checking the .pte on a runtime, a bundled program) is an
+`EmittedStage`, Emitted -> Emitted: it sees the buffer, the data files and the
 ExecutorchProgramManager, raises a LowerdError to fail the build, or gives back an Emitted whose
 bytes are the ones written (dataclasses.replace on the one it was given); build.py runs those of
 AFTER_EMIT between emit and write. A kept .pte meets none of them: the target key that turns such
@@ -60,7 +61,10 @@ Progress = Callable[[str, str, str | None], None]
 # method name, its report as soon as partitioning is done (before preprocess): editors show
 # coverage while the slow part still runs.
 Partitioned = Callable[[str, MethodReport], None]
-Stage = Literal["load", "quantize", "export", "partition", "preprocess", "emit", "write"]
+# "source_transform": a recipe's torchao quantize_ of the eager model (lowering/recipe.py).
+Stage = Literal[
+    "load", "source_transform", "quantize", "export", "partition", "preprocess", "emit", "write"
+]
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,9 @@ class BuildContext:
     started: float  # time.perf_counter() when the build started: the result's seconds
     started_ns: int  # time.time_ns() then: a source modified after it was maybe not read
     blame: Blame  # at the entry, once it is loaded (at_entry)
+    # ExecuTorch's ExportRecipe of a recipe target, made once the entry is loaded (with_recipe):
+    # every stage configured by it (lowering/recipe.py). None for any other target.
+    recipe: Any = None
 
     @classmethod
     def start(
@@ -97,6 +104,9 @@ class BuildContext:
         """The context once the entry is loaded: a failure that passed through none of the
         user's frames is blamed at the entry function."""
         return replace(self, blame=Blame(self.user_files, entry.file, entry.line))
+
+    def with_recipe(self, recipe: Any) -> BuildContext:
+        return replace(self, recipe=recipe)
 
     def stage(self, stage: Stage, detail: str | None = None) -> None:
         self.progress(stage, self.target.name, detail)

@@ -33,6 +33,7 @@ from lowerd.project.lowering_options import (
     lay_external_constants,
 )
 from lowerd.project.quantize_options import QuantizeConfig
+from lowerd.project.recipes import RecipeConfig, recipe_clears
 from lowerd.project.team_config import Executor, RemoteCacheConfig
 from lowerd.project.toml_lines import KeyPath
 
@@ -67,6 +68,8 @@ class TargetConfig:
     constant_methods: ConstantMethods = field(hash=False)
     partitioners: Located[str] | None
     whole_program: Located[WholeProgram] | None = field(hash=False)
+    # One of ExecuTorch's export recipes: the target's whole lowering (project/recipes.py).
+    recipe: RecipeConfig | None = field(default=None, hash=False)
 
     @property
     def external_constants(self) -> bool:
@@ -83,6 +86,7 @@ class TargetConfig:
             "constant_methods": self.constant_methods,
             "partitioners": _value(self.partitioners),
             "whole_program": _value(self.whole_program),
+            "recipe": self.recipe.to_json() if self.recipe else None,
         }
         return {name: value for name, value in options.items() if value}
 
@@ -103,7 +107,7 @@ class TargetConfig:
 
     def used_backend_options(self) -> BackendOptions:
         """The options of the backends this target lowers with: what decides its bytes."""
-        if self.partitioners or self.whole_program:  # the backends' partitioners are not used
+        if self.partitioners or self.whole_program or self.recipe:  # no backends' partitioners
             return {}
         return {b: self.backend_options[b] for b in self.backends if self.backend_options.get(b)}
 
@@ -139,7 +143,10 @@ class ProjectConfig:
         """Every target lowered with `backends` instead (an editor's override); None: as written."""
         if not backends:
             return self
-        targets = {name: replace(t, backends=backends) for name, t in self.targets.items()}
+        targets = {
+            name: t if t.recipe else replace(t, backends=backends)  # a recipe says its backends
+            for name, t in self.targets.items()
+        }
         return replace(self, backends=backends, targets=targets)
 
     def output_path(self, target_name: str) -> Path:
@@ -315,6 +322,8 @@ def _read_target(
     values = _read_keys(reader, table, key, Scope.TARGET, project, where, line)
     check_lowering_route(reader, table, key)
     fields = _fields(Scope.TARGET, values, group=None)
+    if fields["recipe"] is not None:  # it says these: the project's defaults do not reach it
+        fields.update(recipe_clears())
     lay_external_constants(reader, table, key, cast(Options, fields["executorch_backend_config"]))
     return TargetConfig(name=name, line=line, **fields)
 

@@ -16,7 +16,7 @@ from enum import Enum
 
 from lowerd.project import config_values as values
 from lowerd.project import lowering_options as options
-from lowerd.project import quantize_options
+from lowerd.project import quantize_options, recipes
 from lowerd.project.config_reader import Read
 from lowerd.project.team_config import EXECUTORS, REMOTE_MODES
 
@@ -352,6 +352,26 @@ KEYS: tuple[Key, ...] = (
         options.whole_program,
         shown_default="none",
         located=True,
+    ),
+    Key(
+        "recipe",
+        Scope.TARGET,
+        "string, a recipe name, or a table: `name`, the recipe's keyword arguments, `calibration` "
+        "(a function reference, like `entry`)",
+        "One of ExecuTorch's export recipes as the target's whole lowering, byte-identical to "
+        "`executorch.export.export(model, example_inputs, ExportRecipe.get_recipe(...))`: any "
+        "name its recipe registry knows (`xnnpack_fp32`, `xnnpack_pt2e_int8_dynamic_per_channel`, "
+        "`xnnpack_torchao_int8da_int4w_per_tensor`, `coreml_fp16`, ...) or a target recipe "
+        "(`ios-arm64-coreml-fp16` is `get_ios_recipe(...)`, `android-arm64-snapdragon-fp16` "
+        "`get_android_recipe(...)`). A table's other keys are the recipe's keyword arguments, "
+        "checked here (`group_size = 64`). The example inputs are the entry's example args, then "
+        "the samples `calibration` returns (only for a recipe with a PT2E quantizer, which "
+        "calibrates on all of them). The target sets none of `backends`, `partitioners`, "
+        "`whole_program`, `quantize`, `transform_passes`, `edge_compile_config`, "
+        "`executorch_backend_config`, `external_constants`, `backend_options`: the recipe says "
+        "them.",
+        recipes.recipe,
+        shown_default="none",
     ),
     Key(
         "targets",

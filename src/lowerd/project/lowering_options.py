@@ -16,6 +16,7 @@ from lowerd.project.backends import BACKEND_OPTIONS, BACKENDS, OptionKind
 from lowerd.project.compile_configs import COMPILE_CONFIGS
 from lowerd.project.config_reader import KeyReader, Table, describe, did_you_mean, key_name
 from lowerd.project.config_values import positive_int
+from lowerd.project.recipes import check_recipe_target
 from lowerd.project.toml_lines import KeyPath
 
 # A backend option's or a config field's value, as checked against its OptionKind.
@@ -210,16 +211,19 @@ def whole_program(reader: KeyReader, value: object, key: KeyPath) -> WholeProgra
 
 
 def check_lowering_route(reader: KeyReader, table: Table, key: KeyPath) -> None:
-    """`partitioners` (a function reference) or `whole_program` (a backend id and compile
-    specs): each replaces `backends`; at most one of the three. A whole_program target has no
-    transform_passes: it is lowered by to_edge and to_backend."""
-    given = [name for name in ("backends", "partitioners", "whole_program") if name in table]
+    """`partitioners` (a function reference), `whole_program` (a backend id and compile
+    specs) or `recipe` (one of ExecuTorch's export recipes): each replaces `backends`; at most
+    one of the four. A whole_program target has no transform_passes: it is lowered by to_edge
+    and to_backend; a recipe target none of the keys its recipe decides (project/recipes.py)."""
+    routes = ("backends", "partitioners", "whole_program", "recipe")
+    given = [name for name in routes if name in table]
     if len(given) > 1:
         raise reader.error(
             f"{given[-1]} and {given[0]} both say how to lower target; keep one "
-            "(partitioners and whole_program replace backends)",
+            "(partitioners, whole_program and recipe replace backends)",
             (*key, given[-1]),
         )
+    check_recipe_target(reader, table, key)
     if "whole_program" in table and "transform_passes" in table:
         raise reader.error(
             "transform_passes is for to_edge_transform_and_lower; a whole_program target is "

@@ -15,6 +15,7 @@ from lowerd.project.backends import BACKENDS
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.lowering_options import WholeProgram
 from lowerd.project.quantize_options import TorchaoLinears
+from lowerd.project.recipe_script import recipe_export
 
 _HEADER = '''\
 """Stock ExecuTorch, no lowerd: reproduces lowerd target {name!r} of {config}.
@@ -135,6 +136,11 @@ def stock_script(config: ProjectConfig, target: TargetConfig) -> str:
     """The script's text, for the target as the config declares it."""
     parts = [_HEADER.format(name=target.name, config=str(config.path))]
     parts.append(_LOAD.format(root=str(config.root), entry=target.entry.value))
+    if target.recipe:  # executorch.export.export with the recipe does all the rest
+        parts.append(recipe_export(target, target.recipe))
+        parts.append(_WRITE.format(name=target.name))
+        parts.append(_data_files(target))
+        return "".join(parts)
     parts.append(_quantize(target))
     quantize = "    module = quantized(name, module, args, shapes)\n" if target.quantize else ""
     parts.append(_EXPORT.format(quantize=quantize))
