@@ -31,8 +31,13 @@ from typing import Any
 from lowerd.lowering.entry import MethodSpec
 from lowerd.lowering.export_output import export_output_held
 from lowerd.lowering.stages import BuildContext, Loaded
-from lowerd.project.errors import BackendUnavailableError, ExportError, LoweringError
-from lowerd.project.recipe_names import COREML_ENUM_ARGS, KnownRecipe, coreml_member
+from lowerd.project.errors import (
+    BackendUnavailableError,
+    ExportError,
+    LowerdError,
+    LoweringError,
+)
+from lowerd.project.recipe_names import COREML_ENUM_ARGS, coreml_member
 from lowerd.project.recipes import RecipeConfig
 
 ExampleInputs = dict[str, list[tuple[Any, ...]]]
@@ -57,11 +62,8 @@ def export_recipe(ctx: BuildContext) -> Any:
     try:
         module = importlib.import_module(known.module)
     except ImportError as error:
-        raise BackendUnavailableError(
-            f"recipe {known.name!r}: {known.backend}'s recipes cannot be loaded: {error}",
-            ctx.config.path,
-            declared.line,
-        ) from error
+        message = f"recipe {known.name!r}: {known.backend}'s recipes cannot be loaded: {error}"
+        raise at_recipe(ctx, BackendUnavailableError, message) from error
     try:
         kwargs = _python_kwargs(declared)
         if known.target_function:
@@ -70,11 +72,10 @@ def export_recipe(ctx: BuildContext) -> Any:
 
         return ExportRecipe.get_recipe(getattr(module, known.enum)(known.name), **kwargs)
     except Exception as error:
-        raise LoweringError(
-            f"ExecuTorch could not make recipe {known.name!r}: {type(error).__name__}: {error}",
-            ctx.config.path,
-            declared.line,
-        ) from error
+        message = (
+            f"ExecuTorch could not make recipe {known.name!r}: {type(error).__name__}: {error}"
+        )
+        raise at_recipe(ctx, LoweringError, message) from error
 
 
 def transform_and_quantize(ctx: BuildContext, loaded: Loaded) -> Loaded:
@@ -141,12 +142,11 @@ def check_pipeline(ctx: BuildContext) -> None:
     stages = ctx.recipe.pipeline_stages
     if stages:
         names = ", ".join(str(getattr(stage, "name", stage)) for stage in stages)
-        raise LoweringError(
+        message = (
             f"recipe {ctx.recipe.name!r} runs its own pipeline ({names}); lowerd runs "
-            "ExportSession's default one only",
-            ctx.config.path,
-            _declared(ctx).line,
+            "ExportSession's default one only"
         )
+        raise at_recipe(ctx, LoweringError, message)
 
 
 def _run(
@@ -176,6 +176,11 @@ def _with_modules(
     }
 
 
+def at_recipe(ctx: BuildContext, kind: type[LowerdError], message: str) -> LowerdError:
+    """An error blamed on the target's recipe line."""
+    return kind(message, ctx.config.path, _declared(ctx).line)
+
+
 def _declared(ctx: BuildContext) -> RecipeConfig:
     declared = ctx.target.recipe
     assert declared is not None, "a recipe stage of a target without a recipe"
@@ -200,11 +205,9 @@ def _require_qnn_sdk(ctx: BuildContext, declared: RecipeConfig) -> None:
     QNN_SDK_ROOT is unset: a build does not start a download, it says what to do."""
     if os.environ.get("QNN_SDK_ROOT"):
         return
-    known: KnownRecipe = declared.known
-    raise BackendUnavailableError(
-        f"recipe {known.name!r} needs the Qualcomm QNN SDK: ExecuTorch downloads it when "
+    message = (
+        f"recipe {declared.name!r} needs the Qualcomm QNN SDK: ExecuTorch downloads it when "
         "QNN_SDK_ROOT is unset, which a lowerd build does not do; install the SDK and set "
-        "QNN_SDK_ROOT to its folder",
-        ctx.config.path,
-        declared.line,
+        "QNN_SDK_ROOT to its folder"
     )
+    raise at_recipe(ctx, BackendUnavailableError, message)

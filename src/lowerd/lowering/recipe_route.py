@@ -15,6 +15,7 @@ from typing import Any
 
 from lowerd.lowering.partitioner_route import display_of, edge_speedups, observed_partitioners
 from lowerd.lowering.reasons import PartitionReasons
+from lowerd.lowering.recipe import at_recipe
 from lowerd.lowering.route import EdgeProgram, EdgeSettings, Lowering, LoweringProgress
 from lowerd.lowering.stages import BuildContext, Exported
 from lowerd.project.errors import LoweringError
@@ -33,13 +34,8 @@ class RecipeRoute:
         lowering_recipe = ctx.recipe.lowering_recipe
         partitioners = lowering_recipe.partitioners if lowering_recipe else None
         if isinstance(partitioners, dict):
-            declared = ctx.target.recipe
-            raise LoweringError(
-                f"recipe {ctx.recipe.name!r} gives partitioners by method, which lowerd does "
-                "not lower",
-                ctx.config.path,
-                declared.line if declared else ctx.target.line,
-            )
+            message = f"recipe {ctx.recipe.name!r} gives partitioners by method: not lowered"
+            raise at_recipe(ctx, LoweringError, message)
         given = tuple(partitioners or ())
         return cls(lowering_recipe, given, tuple(display_of(p) for p in given))
 
