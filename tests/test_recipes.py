@@ -14,7 +14,9 @@ import pytest
 from lowerd.cache.store import BlobStore
 from lowerd.lowering.build import build_target
 from lowerd.project.build_state import target_inputs_digest
+from lowerd.project.compare import CompareBatch
 from lowerd.project.config import ProjectConfig, load_config
+from lowerd.project.errors import ConfigError
 from lowerd.project.located import Located
 from lowerd.project.recipe_names import RECIPES
 from lowerd.project.result import TargetResult
@@ -142,6 +144,15 @@ def test_the_recipe_is_in_the_inputs_digest(tmp_path: Path) -> None:
         config = load_config(write_pyproject(tmp_path, HEAD + text))
         digests.add(target_inputs_digest(config, config.targets["net"]))
     assert len(digests) == 6
+
+
+def test_compare_has_no_backend_to_swap_in_a_recipe_target(tmp_path: Path) -> None:
+    path = write_pyproject(tmp_path, HEAD + 'recipe = "xnnpack_fp32"\n')
+    with pytest.raises(ConfigError) as info:
+        CompareBatch.load(path, "net", None)
+    assert "lowers with its own recipe" in info.value.message
+    config = load_config(path).with_backends(("vulkan",))  # the editor's override passes it by
+    assert config.targets["net"].backends == ()
 
 
 # The names are ExecuTorch's -------------------------------------------------------------------

@@ -70,11 +70,12 @@ class CompareBatch:
         use_cache: bool = True,
     ) -> CompareBatch:
         """ConfigError for an unknown target or backend, or a target that names its own
-        partitioners (there is no backend of lowerd's to swap)."""
+        partitioners, whole program or recipe (there is no backend of lowerd's to swap)."""
         config = load_config(config_path)
         [target] = select_targets(config, [target_name])
-        if target.partitioners or target.whole_program:
-            route = "partitioners" if target.partitioners else "whole_program"
+        routes = ("partitioners", "whole_program", "recipe")
+        route = next((name for name in routes if getattr(target, name)), None)
+        if route is not None:
             raise ConfigError(
                 f"target {target.name!r} lowers with its own {route}: lowerd compare swaps "
                 f"lowerd's backends ({', '.join(KNOWN_BACKENDS)}), which it does not use",
