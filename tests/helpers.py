@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,8 +23,9 @@ from typing import Any, TypeVar
 
 import pytest
 
+from lowerd.cache.store import BlobStore
 from lowerd.daemon.runtime import DaemonPaths, DaemonStatus, read_status
-from lowerd.project.config import load_config
+from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.errors import ConfigError
 from lowerd.project.result import TargetResult
 from lowerd.project.wire import decode
@@ -207,6 +209,47 @@ def build_basic(folder: Path) -> SharedBuild:
     root = copy_project(PROJECTS / "basic", folder / "basic")
     cache = folder / "cache"
     return SharedBuild(root, cache, lowerd(root, cache, "build", "--json"))
+
+
+@dataclass(frozen=True)
+class ColdBuild:
+    """One target of a fixture project built in-process on a cold cache, with reuse off (every
+    build lowers, so each build's bytes are its own): the result, which tests only read, and the
+    cache, which each test copies to build on."""
+
+    project: str  # the folder under tests/projects
+    target: str
+    result: TargetResult
+    cache: Path
+
+    @classmethod
+    def made(cls, folder: Path, project: str, target: str) -> ColdBuild:
+        root = copy_project(PROJECTS / project, folder / project)
+        config = load_config(root / "pyproject.toml")
+        result = cold_rebuild(config, target, folder / "cache")
+        return cls(project, target, result, folder / "cache")
+
+    def copied(self, folder: Path) -> tuple[ProjectConfig, BlobStore]:
+        """A fresh copy of the project, and a store on a copy of the cache its cold build
+        filled."""
+        root = copy_project(PROJECTS / self.project, folder / self.project)
+        store = BlobStore(shutil.copytree(self.cache, folder / "cache"))
+        return load_config(root / "pyproject.toml"), store
+
+
+def cold_rebuild(config: ProjectConfig, target: str, cache: Path | BlobStore) -> TargetResult:
+    """The target built in-process with reuse off, on the store or the cache folder given; the
+    project's modules imported afresh."""
+    from lowerd.lowering.build import build_target  # the engine: imported by the tests that build
+
+    from stock import forget_project_modules
+
+    forget_project_modules(config.root)
+    store = BlobStore(cache) if isinstance(cache, Path) else cache
+    result = build_target(config, config.targets[target], store, reuse=False)
+    forget_project_modules(config.root)
+    assert result.status == "ok", result.error
+    return result
 
 
 def daemon_of(root: Path) -> DaemonStatus | None:

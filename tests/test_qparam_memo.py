@@ -3,7 +3,6 @@ recomputed, and no memo where exactness cannot be shown."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,51 +10,32 @@ import torch
 from torchao.quantization.pt2e.observer import HistogramObserver
 
 from lowerd.cache.store import BlobStore
-from lowerd.lowering.build import build_target
 from lowerd.lowering.qparam_memo import MEMO_KIND, QParamMemo
-from lowerd.project.config import ProjectConfig, load_config
+from lowerd.project.config import ProjectConfig
 from lowerd.project.result import TargetResult
 
-from helpers import PROJECTS
-from stock import forget_project_modules, sha256, stock_pte
-from testkit.projects import copy_project, write_text_atomic
+from helpers import ColdBuild, cold_rebuild
+from stock import sha256, stock_pte
+from testkit.projects import write_text_atomic
 
 ENTRY = "models/qnet.py:make"
 
 
 def build(config: ProjectConfig, store: BlobStore) -> TargetResult:
-    forget_project_modules(config.root)
-    # reuse=False: lower every time, so each build's bytes are its own.
-    result = build_target(config, config.targets["qnet"], store, reuse=False)
-    assert result.status == "ok", result.error
-    return result
+    return cold_rebuild(config, "qnet", store)
 
 
 @pytest.fixture(scope="module")
-def cold(tmp_path_factory: pytest.TempPathFactory) -> tuple[TargetResult, Path]:
-    """qnet built once on a cold cache: the result, which the tests only read, and the cache,
-    which each test copies."""
-    folder = tmp_path_factory.mktemp("cold")
-    project = copy_project(PROJECTS / "quantized", folder / "quantized")
-    result = build(load_config(project / "pyproject.toml"), BlobStore(folder / "cache"))
-    forget_project_modules(project)
-    return result, folder / "cache"
-
-
-def project_after(
-    cold: tuple[TargetResult, Path], tmp_path: Path
-) -> tuple[ProjectConfig, BlobStore]:
-    """A fresh copy of the project, and of the cache its cold build filled."""
-    project = copy_project(PROJECTS / "quantized", tmp_path / "quantized")
-    store = BlobStore(shutil.copytree(cold[1], tmp_path / "cache"))
-    return load_config(project / "pyproject.toml"), store
+def cold(tmp_path_factory: pytest.TempPathFactory) -> ColdBuild:
+    """qnet built once on a cold cache."""
+    return ColdBuild.made(tmp_path_factory.mktemp("cold"), "quantized", "qnet")
 
 
 def test_a_head_edit_serves_the_backbone_searches_and_equals_stock(
-    cold: tuple[TargetResult, Path], tmp_path: Path
+    cold: ColdBuild, tmp_path: Path
 ) -> None:
-    config, store = project_after(cold, tmp_path)
-    project, first = config.root, cold[0]
+    config, store = cold.copied(tmp_path)
+    project, first = config.root, cold.result
     searches = sum(first.memo["qparams"].values())
     assert first.memo["qparams"]["misses"] > 0
 
@@ -71,10 +51,10 @@ def test_a_head_edit_serves_the_backbone_searches_and_equals_stock(
 
 
 def test_a_corrupt_memo_entry_is_recomputed_and_the_pte_still_equals_stock(
-    cold: tuple[TargetResult, Path], tmp_path: Path
+    cold: ColdBuild, tmp_path: Path
 ) -> None:
-    config, store = project_after(cold, tmp_path)
-    project, first = config.root, cold[0]
+    config, store = cold.copied(tmp_path)
+    project, first = config.root, cold.result
     entries = sorted((tmp_path / "cache").rglob(f"*.{MEMO_KIND}"))
     assert entries
     for entry in entries:  # a flipped bit in each stored result

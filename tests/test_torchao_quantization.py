@@ -249,7 +249,7 @@ def test_each_scheme_equals_its_stock_calls(project: ProjectConfig, name: str) -
     # The quantized linears land on XNNPACK: the tiny models are delegated whole.
     assert result.coverage.percent == 100 and result.coverage.backends == ("XNNPACK",)
     shown = encode(result)["options"]["quantize"]
-    assert shown == project.targets[name].quantize.to_json()  # type: ignore[union-attr]
+    assert shown == project.targets[name].quantize.to_json()
     assert result.quantize == shown["scheme"]
 
 

@@ -57,7 +57,8 @@ from lowerd.project.errors import LowerdError
 from lowerd.project.rebuild_record import line_checksums, record_rebuild
 from lowerd.project.result import CacheSummary, ErrorInfo, SourceSite, TargetResult
 
-if TYPE_CHECKING:  # imported where used: it imports torch, which a build loads on first need
+if TYPE_CHECKING:  # imported where used: they import torch, which a build loads on first need
+    from lowerd.lowering.intx_memo import IntxMemo
     from lowerd.lowering.qparam_memo import QParamMemo
 
 __all__ = ["Partitioned", "Progress", "build_target"]
@@ -140,25 +141,28 @@ class _Failed:
 
 def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed:
     """The stages in order; the last build's .pte kept when `reuse` and the program is its."""
+    from lowerd.lowering.intx_memo import IntxMemo
     from lowerd.lowering.qparam_memo import QParamMemo
 
     loaded: Loaded | None = None
     try:
         earlier = load_state(ctx.config, ctx.target)
         recorder = InputRecorder(ctx.user_files, exclude=ctx.config.out_dir)
-        qparams = QParamMemo(ctx.store)
+        qparams, intx = QParamMemo(ctx.store), IntxMemo(ctx.store)
         with recorder.recording():
-            with qparams.installed():  # the entry quantizes: convert_pt2e runs the searches
+            # The entry quantizes: convert_pt2e runs the searches, torchao's quantize_ makes
+            # the intx weights; [quantize] runs the same.
+            with qparams.installed(), intx.installed():
                 loaded = load(ctx)
                 ctx = with_recipe(ctx.at_entry(loaded.entry))  # a recipe target's recipe
-                loaded = quantize(ctx, loaded)  # [quantize]: the same searches
+                loaded = quantize(ctx, loaded)
             route = choose_route(ctx)
             exported = export(ctx, loaded)
         decision = decide_reuse(
             ctx.target, exported, previous_build(ctx.config, ctx.target, earlier, reuse)
         )
         written = _keep_or_lower(ctx, exported, route, decision)
-        built = _Built(ctx, loaded, written, _memo(qparams))
+        built = _Built(ctx, loaded, written, _memo(qparams, intx))
         _record(ctx, recorder, exported, decision, built, earlier)
         return built
     except LowerdError as error:
@@ -192,8 +196,15 @@ def _report_provisionally(ctx: BuildContext, decision: Reuse) -> None:
         ctx.on_partitioned(name, replace(report, final=False, provisional=True))
 
 
-def _memo(qparams: QParamMemo) -> dict[str, dict[str, int]]:
-    return {"qparams": qparams.counts()} if qparams.hits or qparams.misses else {}
+def _memo(qparams: QParamMemo, intx: IntxMemo) -> dict[str, dict[str, int]]:
+    """Each memo's counts under its kind, if it was asked anything."""
+    from lowerd.lowering import intx_memo, qparam_memo
+
+    asked: dict[str, QParamMemo | IntxMemo] = {
+        qparam_memo.MEMO_KIND: qparams,
+        intx_memo.MEMO_KIND: intx,
+    }
+    return {kind: memo.counts() for kind, memo in asked.items() if memo.hits or memo.misses}
 
 
 def _record(

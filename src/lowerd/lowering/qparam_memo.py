@@ -26,6 +26,7 @@ import msgpack
 import torch
 
 from lowerd.cache.store import BlobStore
+from lowerd.lowering.tensor_codec import TensorKey, decode_tensors, encode_tensors, tensor_key
 
 MEMO_KIND = "qparams"
 FORMAT_VERSION = 1
@@ -34,10 +35,6 @@ SEARCH = "_non_linear_param_search"
 _OBSERVER_MODULES = ("torchao.quantization.pt2e.observer", "torch.ao.quantization.observer")
 
 Search = Callable[[Any], tuple[torch.Tensor, torch.Tensor]]
-
-
-# A tensor by content: dtype, device, shape and its bytes.
-TensorKey = tuple[str, str, tuple[int, ...], bytes]
 
 
 @dataclass(frozen=True)
@@ -101,13 +98,13 @@ class QParamMemo:
         key = key_details(observer).digest()
         stored = self.store.get(key, MEMO_KIND)
         if stored is not None:
-            decoded = _decode(stored)
-            if decoded is not None:
+            decoded = decode_tensors(stored)
+            if decoded is not None and len(decoded) == 2:
                 self.hits += 1
-                return decoded
+                return decoded[0], decoded[1]
         found = search(observer)
         self.misses += 1
-        encoded = _encode(found)
+        encoded = encode_tensors(found)
         if encoded is not None:
             self.store.put(key, encoded, MEMO_KIND)
         return found
@@ -119,14 +116,14 @@ def key_details(observer: Any) -> SearchKeyDetails:
         format_version=FORMAT_VERSION,
         observer=f"{cls.__module__}.{cls.__qualname__}",
         torch_version=torch.__version__,
-        torchao_version=_torchao_version(),
+        torchao_version=torchao_version(),
         default_dtype=str(torch.get_default_dtype()),
         num_threads=torch.get_num_threads(),
         bins=int(observer.bins),
         dst_nbins=int(observer.dst_nbins),
-        histogram=_tensor_key(observer.histogram),
-        min_val=_tensor_key(observer.min_val),
-        max_val=_tensor_key(observer.max_val),
+        histogram=tensor_key(observer.histogram),
+        min_val=tensor_key(observer.min_val),
+        max_val=tensor_key(observer.max_val),
     )
 
 
@@ -144,47 +141,8 @@ def _observer_classes() -> list[type]:
 
 
 @cache
-def _torchao_version() -> str:
+def torchao_version() -> str:
     try:
         return version("torchao")
     except PackageNotFoundError:
         return "none"
-
-
-def _tensor_key(tensor: torch.Tensor) -> TensorKey:
-    return (str(tensor.dtype), str(tensor.device), tuple(tensor.shape), _tensor_bytes(tensor))
-
-
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    flat = tensor.detach().contiguous().reshape(-1)
-    return bytes(flat.view(torch.uint8).numpy()) if flat.numel() else b""
-
-
-def _encode(tensors: tuple[torch.Tensor, ...]) -> bytes | None:
-    """The search's output tensors as plain data, or None if they are not plain CPU tensors."""
-    if not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in tensors):
-        return None
-    plain = [[str(t.dtype), list(t.shape), _tensor_bytes(t)] for t in tensors]
-    packed: bytes = msgpack.packb({"tensors": plain}, use_bin_type=True)
-    return packed
-
-
-def _decode(payload: bytes) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The stored tensors, or None for a payload of another shape (then the search runs)."""
-    try:
-        plain = msgpack.unpackb(payload, raw=False)["tensors"]
-        tensors = tuple(_tensor(dtype, shape, data) for dtype, shape, data in plain)
-    except (ValueError, KeyError, TypeError, msgpack.UnpackException):
-        return None
-    if len(tensors) != 2:
-        return None
-    return tensors[0], tensors[1]
-
-
-def _tensor(dtype_name: str, shape: list[int], data: bytes) -> torch.Tensor:
-    dtype = getattr(torch, dtype_name.removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"not a dtype: {dtype_name}")
-    if not data:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape).clone()

@@ -4,6 +4,8 @@
 import torch
 from torch import nn
 
+FC2_SCALE = 1.0  # the one line tests edit (to 0.5): only fc2's weight changes (test_intx_memo.py)
+
 
 class Net(nn.Module):
     def __init__(self, tail_features):
@@ -11,6 +13,8 @@ class Net(nn.Module):
         self.fc1 = nn.Linear(64, 32)
         self.fc2 = nn.Linear(32, tail_features)
         self.fc3 = nn.Linear(tail_features, 8)
+        with torch.no_grad():
+            self.fc2.weight.mul_(FC2_SCALE)
 
     def forward(self, x):
         return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
