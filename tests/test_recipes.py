@@ -291,6 +291,20 @@ def test_a_recipe_rebuild_keeps_the_program_and_serves_its_blobs(
     lowered = build(project, "int8_static_per_tensor", store, reuse=False)
     assert lowered.reused is None and lowered.sha256 == first.sha256
     assert lowered.cache.hits == first.cache.misses and lowered.cache.misses == 0
+    # convert_pt2e's searches, run by the recipe's QUANTIZE stage, are memoized as the entry's
+    assert first.memo["qparams"]["misses"] > 0 and lowered.memo["qparams"]["misses"] == 0
+    assert lowered.memo["qparams"]["hits"] > 0
+
+
+def test_a_torchao_recipe_serves_its_weights_from_the_memo(
+    project: ProjectConfig, tmp_path: Path
+) -> None:
+    store = BlobStore(tmp_path / "cache")
+    first = build(project, "int4_group32", store, reuse=False)
+    again = build(project, "int4_group32", store, reuse=False)
+    assert again.sha256 == first.sha256
+    assert first.memo["intx"]["misses"] > 0 and again.memo["intx"]["misses"] == 0
+    assert again.memo["intx"]["hits"] > 0
 
 
 RECIPE_TARGETS = """
