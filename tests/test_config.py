@@ -16,6 +16,7 @@ from lowerd.project.config import (
     select_targets,
 )
 from lowerd.project.errors import ConfigError
+from lowerd.project.export_options import ExportConfig
 from lowerd.project.located import Located
 from lowerd.project.toml_lines import KeyLocator
 from lowerd.project.wire import encode
@@ -61,6 +62,9 @@ def test_minimal_config_takes_defaults(tmp_path: Path) -> None:
             constant_methods={},
             partitioners=None,
             whole_program=None,
+            export=ExportConfig(),
+            memory_planning={},
+            sym_shape_eval=None,
         )
     }
     assert config.output_path("vit") == tmp_path / "build" / "vit.pte"

@@ -54,6 +54,20 @@ recipe = { name = "xnnpack_pt2e_int8_static_per_tensor", calibration = "models/c
 [tool.lowerd.targets.recipe_dynamic]
 entry = "models/dynamic.py:make"
 recipe = "xnnpack_fp32"
+
+[tool.lowerd.targets.ecosystem]
+entry = "models/decoder.py:make"
+export = { strict = true, no_grad = true }
+memory_planning = { alloc_graph_input = false, memory_planning_algo = "naive" }
+sym_shape_eval = "hint"
+
+[tool.lowerd.targets.transposes]
+entry = "models/attention.py:make"
+export.module_passes = "passes.py:module_passes"
+
+[tool.lowerd.targets.int8_keywords]
+entry = "models/attention.py:make"
+quantize = { scheme = "xnnpack-int8" }
 """
 
 CALIBRATION = """\
@@ -74,6 +88,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProjectConfig]
         linears = PROJECTS / "torchaoquant" / "models" / "linears.py"  # two methods, one linear
         (root / "models" / "linears.py").write_text(linears.read_text())
         (root / "models" / "calib.py").write_text(CALIBRATION)
+        ecosystem = PROJECTS / "ecosystem"  # keyword inputs, export settings, module passes
+        for file in ("models/decoder.py", "models/attention.py", "passes.py"):
+            (root / file).write_text((ecosystem / file).read_text())
         pyproject = root / "pyproject.toml"
         pyproject.write_text(pyproject.read_text() + TARGETS)
         yield load_config(pyproject)
@@ -97,6 +114,9 @@ def lowerd_build(config: ProjectConfig, name: str) -> TargetResult:
         "recipe_methods",
         "recipe_calibrated",
         "recipe_dynamic",
+        "ecosystem",
+        "transposes",
+        "int8_keywords",
     ],
 )
 def test_the_script_writes_what_lowerd_wrote(

@@ -15,7 +15,10 @@ from typing import Any
 
 from lowerd.lowering.stages import BuildContext, DataBytes, Emitted, Lowered
 from lowerd.project.build_state import data_file_path
+from lowerd.project.compile_configs import SYM_SHAPE_EVAL_PASSES
+from lowerd.project.config import TargetConfig
 from lowerd.project.errors import LoweringError
+from lowerd.project.lowering_options import Options
 from lowerd.project.report_model import MethodReport
 from lowerd.project.result import ProgramSizes
 
@@ -45,10 +48,39 @@ def _backend_config(ctx: BuildContext) -> Any:
     to_executorch's default, as ExportSession's TO_EXECUTORCH stage passes it)."""
     if ctx.recipe is not None:
         return ctx.recipe.executorch_backend_config
+    return backend_config(ctx.target)
+
+
+def backend_config(target: TargetConfig) -> Any:
+    """The target's ExecutorchBackendConfig: its plain fields, and the memory planning and shape
+    evaluation passes its keys name (made afresh: a MemoryPlanningPass keeps state). Without
+    them, ExecuTorch's defaults: ExecutorchBackendConfig() is to_executorch's own."""
     from executorch.exir import ExecutorchBackendConfig
 
-    # ExecutorchBackendConfig() is to_executorch's own default.
-    return ExecutorchBackendConfig(**ctx.target.executorch_backend_config)
+    passes = {}
+    if target.memory_planning:
+        passes["memory_planning_pass"] = _memory_planning_pass(target.memory_planning)
+    if target.sym_shape_eval:
+        from executorch.exir.passes import sym_shape_eval_pass
+
+        pass_class = getattr(sym_shape_eval_pass, SYM_SHAPE_EVAL_PASSES[target.sym_shape_eval])
+        passes["sym_shape_eval_pass"] = pass_class()
+    return ExecutorchBackendConfig(**target.executorch_backend_config, **passes)
+
+
+def _memory_planning_pass(arguments: Options) -> Any:
+    """MemoryPlanningPass(...), its algorithm named: memory_planning_algo = "naive" is
+    MemoryPlanningAlgorithmSuite(algo_list=[naive])."""
+    from executorch.exir import memory_planning
+    from executorch.exir.passes import MemoryPlanningPass
+
+    given: dict[str, Any] = dict(arguments)
+    algorithm = given.pop("memory_planning_algo", None)
+    if algorithm is not None:
+        given["memory_planning_algo"] = memory_planning.MemoryPlanningAlgorithmSuite(
+            algo_list=[getattr(memory_planning, str(algorithm))]
+        )
+    return MemoryPlanningPass(**given)
 
 
 def _sized(

@@ -1,7 +1,8 @@
 """Load a target's entry function and turn what it returns into the methods to export.
 
-An entry returns `(module, args)`, `(module, args, dynamic_shapes)`, or a dict of those keyed by
-method name. Every failure is blamed on a line: the config line that names the entry, the line of
+An entry returns a `lowerd.Method(module, args, kwargs, dynamic_shapes=...)`, `(module, args)`,
+`(module, args, dynamic_shapes)`, or a dict of those keyed by method name; each is read into a
+Method. Every failure is blamed on a line: the config line that names the entry, the line of
 a syntax error, the user's frame that raised, or the entry function's `def`.
 """
 
@@ -11,7 +12,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,14 +20,8 @@ from typing import Any
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.errors import EntryError
 from lowerd.project.located import Located
+from lowerd.project.method import Method
 from lowerd.project.source_map import UserFiles
-
-
-@dataclass
-class MethodSpec:
-    module: Any
-    args: tuple[Any, ...]
-    dynamic_shapes: Any = None
 
 
 @dataclass
@@ -34,7 +29,7 @@ class LoadedEntry:
     function: Callable[[], Any]
     file: str | None
     line: int | None
-    methods: dict[str, MethodSpec]
+    methods: dict[str, Method]
 
 
 def load_entry(config: ProjectConfig, target: TargetConfig) -> LoadedEntry:
@@ -167,7 +162,7 @@ def _blame(
 
 def _methods_from(
     returned: Any, target: TargetConfig, file: str | None, line: int | None
-) -> dict[str, MethodSpec]:
+) -> dict[str, Method]:
     if isinstance(returned, dict):
         if not returned:
             raise EntryError(
@@ -190,23 +185,49 @@ def _method_name(name: Any, target: TargetConfig, file: str | None, line: int | 
     return name
 
 
-def _method(value: Any, what: str, file: str | None, line: int | None) -> MethodSpec:
+def _method(value: Any, what: str, file: str | None, line: int | None) -> Method:
     import torch
 
-    shape = "(module, example_args) or (module, example_args, dynamic_shapes)"
-    if not isinstance(value, tuple) or len(value) not in (2, 3):
+    shape = "a lowerd.Method, (module, example_args) or (module, example_args, dynamic_shapes)"
+    if isinstance(value, Method):
+        method = value
+    elif isinstance(value, tuple) and len(value) in (2, 3):
+        module, args, *rest = value
+        method = Method(module, args, dynamic_shapes=rest[0] if rest else None)
+    else:
         raise EntryError(f"{what} returned {_describe(value)}; expected {shape}", file, line)
-    module, args, *rest = value
-    if not isinstance(module, torch.nn.Module):
+    if not isinstance(method.module, torch.nn.Module):
         raise EntryError(
-            f"{what}: the module is {_describe(module)}, not a torch.nn.Module", file, line
+            f"{what}: the module is {_describe(method.module)}, not a torch.nn.Module", file, line
         )
-    if not isinstance(args, tuple):
-        hint = " (write (x,) for a single input)" if isinstance(args, torch.Tensor) else ""
+    if not isinstance(method.args, tuple):
+        hint = " (write (x,) for a single input)" if isinstance(method.args, torch.Tensor) else ""
         raise EntryError(
-            f"{what}: example_args is {_describe(args)}, expected a tuple{hint}", file, line
+            f"{what}: example_args is {_describe(method.args)}, expected a tuple{hint}", file, line
         )
-    return MethodSpec(module, args, rest[0] if rest else None)
+    if not isinstance(method.kwargs, dict) or not all(isinstance(k, str) for k in method.kwargs):
+        raise EntryError(
+            f"{what}: kwargs is {_describe(method.kwargs)}, expected a dict of keyword example "
+            "inputs by parameter name",
+            file,
+            line,
+        )
+    return method
+
+
+def refuse_keyword_inputs(
+    methods: Mapping[str, Method], why: str, file: str | None, line: int | None
+) -> None:
+    """For a lowering that takes example inputs by position only (`why` says which): a method
+    with keyword example inputs is an error at the entry function."""
+    keyword = next((name for name, method in methods.items() if method.kwargs), None)
+    if keyword is not None:
+        names = ", ".join(methods[keyword].kwargs)
+        raise EntryError(
+            f"method {keyword!r} has keyword example inputs ({names}); {why}: give them as args",
+            file,
+            line,
+        )
 
 
 def _describe(value: Any) -> str:

@@ -11,10 +11,10 @@ from dataclasses import replace
 from typing import Any
 
 from lowerd.lowering.entry import LoadedEntry, definition_site, load_entry
-from lowerd.lowering.export_output import export_output_held
+from lowerd.lowering.export_call import export_method
 from lowerd.lowering.program_fingerprint import fingerprint
 from lowerd.lowering.stages import BuildContext, Exported, Loaded
-from lowerd.project.errors import ExportError
+from lowerd.lowering.user_lowering import load_module_passes
 from lowerd.project.result import SourceSite
 from lowerd.project.source_map import UserFiles
 
@@ -57,7 +57,9 @@ def quantize(ctx: BuildContext, loaded: Loaded) -> Loaded:
     quantized = {}
     for name, method in loaded.methods.items():
         ctx.stage("quantize", name)
-        quantized[name] = quantize_method(method, declared, samples.get(name), ctx.blame)
+        quantized[name] = quantize_method(
+            method, declared, samples.get(name), ctx.blame, ctx.target.export
+        )
     return replace(loaded, methods=quantized)
 
 
@@ -81,18 +83,13 @@ def export(ctx: BuildContext, loaded: Loaded) -> Exported:
 
 
 def _export_programs(ctx: BuildContext, loaded: Loaded) -> dict[str, Any]:
-    import torch
-
+    """torch.export of each method as the target's [..export] table says."""
+    module_passes = load_module_passes(ctx)
     programs = {}
     for name, method in loaded.methods.items():
         ctx.stage("export", name)
-        try:
-            with export_output_held():  # torch's own account of a failure: ours says it
-                programs[name] = torch.export.export(
-                    method.module, method.args, dynamic_shapes=method.dynamic_shapes
-                )
-        except Exception as error:
-            raise ctx.blame(ExportError, error, f"torch.export of {name!r} failed") from error
+        doing = f"torch.export of {name!r} failed"
+        programs[name] = export_method(method, ctx.target.export, ctx.blame, doing, module_passes)
     return programs
 
 

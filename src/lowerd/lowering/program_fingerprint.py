@@ -43,11 +43,22 @@ def fingerprint(
         label += " lowering " + json.dumps(lowering_options, sort_keys=True)
     try:
         digests = {
-            name: key_details(label, [program], [[]]).digest() for name, program in exported.items()
+            name: key_details(label + _keyword_inputs(program), [program], [[]]).digest()
+            for name, program in exported.items()
         }
     except Unkeyable:
         return None
     return ProgramFingerprint(digests, {n: _lines(p, user_files) for n, p in exported.items()})
+
+
+def _keyword_inputs(program: Any) -> str:
+    """The program's input structure when it takes keyword inputs: the graph alone does not
+    tell `f(x)` from `f(x=...)`, whose programs differ. A program of positional inputs only
+    keeps the digest it had before keyword inputs existed."""
+    in_spec = program.call_spec.in_spec  # (args, kwargs)
+    if in_spec is None or in_spec.num_children != 2 or not in_spec.child(1).context:
+        return ""
+    return f" inputs {in_spec}"
 
 
 def _lines(program: Any, user_files: UserFiles) -> SourceLines:

@@ -3,35 +3,40 @@ documented flow (the torchao schemes are torchao_quantize.py's).
 
 For each method, what the stock script does:
 
-    graph = torch.export.export(module, args, dynamic_shapes=...).module()
+    graph = torch.export.export(module, args, kwargs, dynamic_shapes=..., strict=...).module()
     quantizer = XNNPACKQuantizer().set_global(
         get_symmetric_quantization_config(is_per_channel=True, is_dynamic=...)
     )
     prepared = prepare_pt2e(graph, quantizer)
-    for sample in calibration:  # the calibration function's tuples, else the example args
-        prepared(*sample)
+    for sample in calibration:  # the calibration function's, else the example inputs
+        prepared(*sample)  # a tuple of positional inputs; a dict: prepared(**sample)
     module = convert_pt2e(prepared)
 
-and the build then exports `module` with the method's args as it exports any method. The
-calibration function returns a list of argument tuples (every method calibrates with it) or a
-dict of them by method name (a method it does not name calibrates with its example args).
+and the build then exports `module` with the method's inputs as it exports any method (the export
+before quantization is called as the target's [..export] table says, strict and no_grad, without
+its module passes). The calibration function returns a list of samples (every method calibrates
+with it) or a dict of them by method name (a method it does not name calibrates with its example
+inputs); a sample is a tuple of positional inputs or a dict of keyword inputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from lowerd.lowering.entry import MethodSpec, definition_site, find_function
+from lowerd.lowering.blame import Blame
+from lowerd.lowering.entry import definition_site, find_function
+from lowerd.lowering.export_call import export_method
 from lowerd.project.config import ProjectConfig, TargetConfig
-from lowerd.project.errors import EntryError, LowerdError, LoweringError
+from lowerd.project.errors import EntryError, LoweringError
+from lowerd.project.export_options import ExportConfig
 from lowerd.project.located import Located
+from lowerd.project.method import Method
 from lowerd.project.quantize_options import QuantizeConfig
 from lowerd.project.source_map import UserFiles
 
-# kind, error, what was being done -> the error to raise, blamed on the user's line
-Blame = Callable[[type[LowerdError], Exception, str], LowerdError]
-Samples = list[tuple[Any, ...]]
+# Each a tuple of positional inputs or a dict of keyword inputs.
+Samples = list[tuple[Any, ...] | dict[str, Any]]
 
 
 def calibration_samples(
@@ -77,14 +82,14 @@ def calibration_samples(
 
 
 def _samples(value: Any, what: str, file: str | None, line: int | None) -> Samples:
-    expected = "a list of example-argument tuples, like [(x1,), (x2,)]"
+    expected = "a list of example-argument tuples (or keyword dicts), like [(x1,), (x2,)]"
     if not isinstance(value, list | tuple) or not value:
         raise EntryError(f"{what} returned {_describe(value)}; expected {expected}", file, line)
     for i, sample in enumerate(value):
-        if not isinstance(sample, tuple):
+        if not isinstance(sample, tuple | dict):
             raise EntryError(
-                f"{what}: sample {i} is {_describe(sample)}, not a tuple of arguments "
-                "(write (x,) for a single input)",
+                f"{what}: sample {i} is {_describe(sample)}, not a tuple of arguments or a dict "
+                "of keyword arguments (write (x,) for a single input)",
                 file,
                 line,
             )
@@ -92,10 +97,13 @@ def _samples(value: Any, what: str, file: str | None, line: int | None) -> Sampl
 
 
 def quantize_method(
-    method: MethodSpec, quantize: QuantizeConfig, samples: Samples | None, blame: Blame
-) -> MethodSpec:
-    """The method with its module quantized by the PT2E flow; the args and shapes as given."""
-    import torch
+    method: Method,
+    quantize: QuantizeConfig,
+    samples: Samples | None,
+    blame: Blame,
+    settings: ExportConfig,
+) -> Method:
+    """The method with its module quantized by the PT2E flow; the inputs and shapes as given."""
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
@@ -105,12 +113,8 @@ def quantize_method(
         prepare_pt2e,
     )
 
-    try:
-        graph = torch.export.export(
-            method.module, method.args, dynamic_shapes=method.dynamic_shapes
-        ).module()
-    except Exception as error:
-        raise blame(LoweringError, error, "torch.export before quantization failed") from error
+    doing = "torch.export before quantization failed"
+    graph = export_method(method, settings, blame, doing).module()
     try:
         quantizer = XNNPACKQuantizer().set_global(
             get_symmetric_quantization_config(is_per_channel=True, is_dynamic=quantize.is_dynamic)
@@ -118,9 +122,10 @@ def quantize_method(
         prepared = prepare_pt2e(graph, quantizer)
     except Exception as error:
         raise blame(LoweringError, error, f"{quantize.scheme}: prepare_pt2e failed") from error
-    for i, sample in enumerate(samples if samples is not None else [method.args]):
+    calls = [_inputs(s) for s in samples] if samples is not None else [_inputs(method)]
+    for i, (args, kwargs) in enumerate(calls):
         try:
-            prepared(*sample)
+            prepared(*args, **kwargs)
         except Exception as error:
             raise blame(
                 LoweringError, error, f"{quantize.scheme}: calibration sample {i} failed"
@@ -129,7 +134,16 @@ def quantize_method(
         converted = convert_pt2e(prepared)
     except Exception as error:
         raise blame(LoweringError, error, f"{quantize.scheme}: convert_pt2e failed") from error
-    return MethodSpec(converted, method.args, method.dynamic_shapes)
+    return replace(method, module=converted)
+
+
+def _inputs(sample: tuple[Any, ...] | dict[str, Any] | Method) -> tuple[Any, dict[str, Any]]:
+    """(positional, keyword) inputs of a calibration sample, or of the method's examples."""
+    if isinstance(sample, Method):
+        return sample.args, dict(sample.kwargs)
+    if isinstance(sample, dict):
+        return (), sample
+    return sample, {}
 
 
 def _describe(value: Any) -> str:

@@ -28,15 +28,17 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from lowerd.lowering.entry import MethodSpec
+from lowerd.lowering.entry import refuse_keyword_inputs
 from lowerd.lowering.export_output import export_output_held
 from lowerd.lowering.stages import BuildContext, Loaded
 from lowerd.project.errors import (
     BackendUnavailableError,
+    EntryError,
     ExportError,
     LowerdError,
     LoweringError,
 )
+from lowerd.project.method import Method
 from lowerd.project.recipe_names import COREML_ENUM_ARGS, coreml_member
 from lowerd.project.recipes import RecipeConfig
 
@@ -83,6 +85,8 @@ def transform_and_quantize(ctx: BuildContext, loaded: Loaded) -> Loaded:
     from executorch.export.stages import QuantizeStage, SourceTransformStage
 
     recipe = ctx.recipe
+    why = "executorch.export.export takes example inputs by position"
+    refuse_keyword_inputs(loaded.methods, why, ctx.blame.file, ctx.blame.line)
     quantization = recipe.quantization_recipe
     modules = {name: method.module for name, method in loaded.methods.items()}
     if quantization is not None and quantization.ao_quantization_configs:
@@ -101,7 +105,7 @@ def transform_and_quantize(ctx: BuildContext, loaded: Loaded) -> Loaded:
     return replace(loaded, methods=_with_modules(loaded.methods, modules))
 
 
-def export_programs(ctx: BuildContext, methods: Mapping[str, MethodSpec]) -> dict[str, Any]:
+def export_programs(ctx: BuildContext, methods: Mapping[str, Method]) -> dict[str, Any]:
     """TORCH_EXPORT of each method: torch.export under no_grad, strict as the recipe says, with
     the method's dynamic shapes, then the recipe's ATen passes."""
     from executorch.export.stages import TorchExportStage
@@ -134,7 +138,13 @@ def example_inputs(ctx: BuildContext, loaded: Loaded) -> ExampleInputs:
     calibration = _declared(ctx).calibration
     names = list(loaded.methods)
     samples = calibration_samples(ctx.config, ctx.target, calibration, names)
-    return {name: [method.args, *samples.get(name, [])] for name, method in loaded.methods.items()}
+    if any(isinstance(sample, dict) for given in samples.values() for sample in given):
+        message = "a recipe's calibration samples are tuples of positional inputs, not dicts"
+        raise at_recipe(ctx, EntryError, message)
+    return {
+        name: [method.args, *(s for s in samples.get(name, []) if isinstance(s, tuple))]
+        for name, method in loaded.methods.items()
+    }
 
 
 def check_pipeline(ctx: BuildContext) -> None:
@@ -167,13 +177,8 @@ def _artifact(data: Any, context: dict[str, Any]) -> Any:
     return PipelineArtifact(data=data, context=context)
 
 
-def _with_modules(
-    methods: Mapping[str, MethodSpec], modules: Mapping[str, Any]
-) -> dict[str, MethodSpec]:
-    return {
-        name: MethodSpec(modules[name], method.args, method.dynamic_shapes)
-        for name, method in methods.items()
-    }
+def _with_modules(methods: Mapping[str, Method], modules: Mapping[str, Any]) -> dict[str, Method]:
+    return {name: replace(method, module=modules[name]) for name, method in methods.items()}
 
 
 def at_recipe(ctx: BuildContext, kind: type[LowerdError], message: str) -> LowerdError:

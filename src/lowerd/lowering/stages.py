@@ -46,8 +46,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lowerd.cache.store import BlobStore
 from lowerd.lowering.blame import Blame
-from lowerd.lowering.entry import LoadedEntry, MethodSpec
+from lowerd.lowering.entry import LoadedEntry
 from lowerd.project.config import ProjectConfig, TargetConfig
+from lowerd.project.method import Method
 from lowerd.project.rebuild_record import PartitionFacts
 from lowerd.project.report_model import MethodReport
 from lowerd.project.result import CacheSummary, DataFile, ProgramSizes, SourceSite
@@ -121,7 +122,7 @@ class Loaded:
     function and each method's module class are defined (where editors put the summary)."""
 
     entry: LoadedEntry
-    methods: Mapping[str, MethodSpec]
+    methods: Mapping[str, Method]
     entry_site: SourceSite | None
     module_sites: Mapping[str, SourceSite]
 
@@ -131,7 +132,7 @@ class Exported:
     """Each method exported by torch.export, in the entry's order, with the program's
     fingerprint (None: a value with no stable digest, so the program is always lowered)."""
 
-    methods: Mapping[str, MethodSpec]  # as exported: the whole-program route calls them again
+    methods: Mapping[str, Method]  # as exported: the whole-program route calls them again
     programs: Mapping[str, Any]  # method name -> torch.export.ExportedProgram
     fingerprint: ProgramFingerprint | None
 

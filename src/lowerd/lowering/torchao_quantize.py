@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lowerd.lowering.blame import summary
-from lowerd.lowering.entry import MethodSpec
 from lowerd.project.errors import LoweringError
+from lowerd.project.method import Method
 from lowerd.project.quantize_options import QuantizeConfig, TorchaoLinears
 
 # The stage's progress: told each method's name as its module is quantized.
@@ -36,7 +36,7 @@ OnMethod = Callable[[str], None]
 
 
 def quantize_linears(
-    methods: Mapping[str, MethodSpec], quantize: QuantizeConfig, config_path: str, on: OnMethod
+    methods: Mapping[str, Method], quantize: QuantizeConfig, config_path: str, on: OnMethod
 ) -> None:
     """Each distinct module of the methods quantized in place; a failure is blamed on the
     quantize table's line, naming the layer torchao was quantizing."""

@@ -1,4 +1,5 @@
-"""The user's own lowering code a target names: its `transform_passes` and `partitioners` functions.
+"""The user's own lowering code a target names: its `transform_passes`, `partitioners` and
+`export.module_passes` functions.
 
 Each is a "file.py:fn" reference, imported as the entry is (its module is a recorded input) and
 called once per build; what it returns is handed to to_edge_transform_and_lower as a script
@@ -11,8 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from lowerd.lowering.entry import definition_site, find_function
+from lowerd.lowering.export_call import ModulePasses
 from lowerd.lowering.stages import BuildContext
 from lowerd.project.errors import EntryError
+from lowerd.project.located import Located
 
 
 def load_transform_passes(ctx: BuildContext) -> Any:
@@ -21,11 +24,7 @@ def load_transform_passes(ctx: BuildContext) -> Any:
     reference = ctx.target.transform_passes
     if not reference:
         return None
-    function = find_function(ctx.config, ctx.target, reference, "transform_passes")
-    try:
-        passes = function()
-    except Exception as error:
-        raise ctx.blame(EntryError, error, f"transform_passes {reference.value} raised") from error
+    _, passes = _called(ctx, reference, "transform_passes")
     if passes is None:
         raise EntryError(
             f"transform_passes {reference.value} returned None; it returns a list of passes",
@@ -43,11 +42,7 @@ def load_partitioners(ctx: BuildContext) -> tuple[Any, ...] | None:
         return None
     from executorch.exir.backend.partitioner import Partitioner
 
-    function = find_function(ctx.config, ctx.target, reference, "partitioners")
-    try:
-        partitioners = function()
-    except Exception as error:
-        raise ctx.blame(EntryError, error, f"partitioners {reference.value} raised") from error
+    function, partitioners = _called(ctx, reference, "partitioners")
     if (
         not isinstance(partitioners, list | tuple)
         or not partitioners
@@ -66,3 +61,42 @@ def load_partitioners(ctx: BuildContext) -> tuple[Any, ...] | None:
             def_line if file else reference.line,
         )
     return tuple(partitioners)
+
+
+def load_module_passes(ctx: BuildContext) -> ModulePasses | None:
+    """What the target's `export.module_passes = "file.py:fn"` function returns: callables
+    applied to each exported program's module before it is exported again; None without one."""
+    reference = ctx.target.export.module_passes
+    if not reference:
+        return None
+    function, passes = _called(ctx, reference, "module_passes")
+    wrong = _not_callables(passes)
+    if wrong:
+        file, def_line = definition_site(function)
+        raise EntryError(
+            f"module_passes {reference.value} returned {wrong}; it returns a list of callables "
+            "taking and returning a GraphModule, like [RemoveRedundantTransposes()]",
+            file or ctx.config.path,
+            def_line if file else reference.line,
+        )
+    return ModulePasses(tuple(passes), reference.value, str(ctx.config.path), reference.line)
+
+
+def _called(ctx: BuildContext, reference: Located[str], role: str) -> tuple[Any, Any]:
+    """The function a target's `role = "file.py:fn"` names, and what it returned; one that
+    raises is blamed at the user's line that raised."""
+    function = find_function(ctx.config, ctx.target, reference, role)
+    try:
+        return function, function()
+    except Exception as error:
+        raise ctx.blame(EntryError, error, f"{role} {reference.value} raised") from error
+
+
+def _not_callables(passes: Any) -> str | None:
+    """What is wrong with a module_passes function's return value, or None."""
+    if not isinstance(passes, list | tuple):
+        return f"a {type(passes).__name__}"
+    for index, item in enumerate(passes):
+        if not callable(item):
+            return f"a list whose item {index} is a {type(item).__name__}, not a callable"
+    return None

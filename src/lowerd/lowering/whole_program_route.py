@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from lowerd.lowering.entry import MethodSpec
+from lowerd.lowering.entry import refuse_keyword_inputs
 from lowerd.lowering.reasons import PartitionReasons
 from lowerd.lowering.route import (
     EdgeProgram,
@@ -25,6 +25,7 @@ from lowerd.lowering.route import (
 from lowerd.lowering.stages import BuildContext, Exported
 from lowerd.project.errors import LoweringError
 from lowerd.project.lowering_options import WholeProgram
+from lowerd.project.method import Method
 
 
 class Composite(torch.nn.Module):
@@ -67,6 +68,8 @@ class WholeProgramRoute:
         from executorch.exir.backend.backend_api import to_backend
         from executorch.exir.backend.compile_spec_schema import CompileSpec
 
+        why = "whole_program calls the lowered program from a module taking positional inputs"
+        refuse_keyword_inputs(exported.methods, why, ctx.blame.file, ctx.blame.line)
         specs = [CompileSpec(key, value.encode()) for key, value in self.compile_specs.items()]
         progress.expect(len(exported.programs))  # a partition per method
 
@@ -91,14 +94,14 @@ class WholeProgramRoute:
         return lowering
 
 
-def _composite(lowered: Any, method: MethodSpec) -> Any:
+def _composite(lowered: Any, method: Method) -> Any:
     """The composite module calling `lowered`, exported with the method's arguments."""
     return torch.export.export(
         Composite(lowered), method.args, dynamic_shapes=_var_positional_shapes(method)
     )
 
 
-def _var_positional_shapes(method: MethodSpec) -> Any:
+def _var_positional_shapes(method: Method) -> Any:
     """The method's dynamic shapes for a `forward(*args)` that takes its arguments in order:
     one entry, `args`, holding a shape per positional argument. A dict keyed by the original
     forward's parameter names is put in that order."""

@@ -1,6 +1,7 @@
 """The fields of ExecuTorch's EdgeCompileConfig and ExecutorchBackendConfig that [tool.lowerd]
-takes ([...edge_compile_config] and [...executorch_backend_config] tables), with the kind of
-value each takes, so that a config is checked without importing torch or executorch.
+takes ([...edge_compile_config] and [...executorch_backend_config] tables), and the arguments of
+the passes it names ([...memory_planning], sym_shape_eval), with the kind of value each takes, so
+that a config is checked without importing torch or executorch.
 
 Only fields of plain types (bool, int) are taken; the others (passes, ops, callables) are listed
 as not taken. tests/test_lowering_configs.py compares both lists with the dataclasses in
@@ -48,8 +49,33 @@ EXECUTORCH_BACKEND_CONFIG_NOT_TAKEN: tuple[str, ...] = (
     "reinplace_extra_ops",
 )
 
+# executorch.exir.memory_planning's algorithms, by function name: memory_planning_algo =
+# "greedy" is MemoryPlanningPass(memory_planning_algo=MemoryPlanningAlgorithmSuite(
+# algo_list=[greedy])), the pass's own default.
+MEMORY_PLANNING_ALGOS: tuple[str, ...] = ("greedy", "naive")
+
+# executorch.exir.passes.MemoryPlanningPass's arguments: ExecutorchBackendConfig(
+# memory_planning_pass=MemoryPlanningPass(...)), the algorithm by name.
+MEMORY_PLANNING: dict[str, OptionKind] = {
+    "memory_planning_algo": OptionKind("choice", MEMORY_PLANNING_ALGOS),
+    "allow_lifetime_and_storage_overlap": _BOOL,
+    "alloc_graph_input": _BOOL,
+    "alloc_graph_output": _BOOL,
+    "alloc_mutable_buffers": _BOOL,
+    "share_mutable_buffers": _BOOL,  # needs alloc_mutable_buffers (ExecuTorch refuses it else)
+    "alignment": _INT,
+}
+
+# ExecutorchBackendConfig(sym_shape_eval_pass=...) by the name [tool.lowerd] gives it: the class
+# in executorch.exir.passes.sym_shape_eval_pass. "constraint" is ExecuTorch's default.
+SYM_SHAPE_EVAL_PASSES: dict[str, str] = {
+    "hint": "HintBasedSymShapeEvalPass",
+    "constraint": "ConstraintBasedSymShapeEvalPass",
+}
+
 # The tables by their key in [tool.lowerd] and in a target.
 COMPILE_CONFIGS: dict[str, dict[str, OptionKind]] = {
     "edge_compile_config": EDGE_COMPILE_CONFIG,
     "executorch_backend_config": EXECUTORCH_BACKEND_CONFIG,
+    "memory_planning": MEMORY_PLANNING,
 }

@@ -23,6 +23,7 @@ from lowerd.project.config_keys import Scope, key_names, keys_in
 from lowerd.project.config_reader import LOWERD, TARGETS, KeyReader, Table, describe, did_you_mean
 from lowerd.project.config_values import is_path
 from lowerd.project.errors import ConfigError
+from lowerd.project.export_options import ExportConfig
 from lowerd.project.located import Located
 from lowerd.project.lowering_options import (
     BackendOptions,
@@ -68,6 +69,10 @@ class TargetConfig:
     constant_methods: ConstantMethods = field(hash=False)
     partitioners: Located[str] | None
     whole_program: Located[WholeProgram] | None = field(hash=False)
+    export: ExportConfig
+    # MemoryPlanningPass's arguments, the algorithm by name; {}: ExecuTorch's default pass.
+    memory_planning: Options = field(hash=False)
+    sym_shape_eval: str | None  # "hint" or "constraint"; None: ExecuTorch's default
     # One of ExecuTorch's export recipes: the target's whole lowering (project/recipes.py).
     recipe: RecipeConfig | None = field(default=None, hash=False)
 
@@ -77,9 +82,11 @@ class TargetConfig:
         return bool(self.executorch_backend_config.get("external_constants", False))
 
     def lowering_options(self) -> dict[str, object]:
-        """The configs, passes and constant methods given to ExecuTorch, as the config holds
-        them (only those given): part of the program fingerprint and of the JSON result."""
+        """The export settings, configs, passes and constant methods given to torch.export and
+        ExecuTorch, as the config holds them (only those given, an export setting only when
+        not torch.export's default): part of the program fingerprint and of the JSON result."""
         options: dict[str, object] = {
+            "export": self.export.to_json(),
             "edge_compile_config": self.edge_compile_config,
             "executorch_backend_config": self.executorch_backend_config,
             "transform_passes": _value(self.transform_passes),
@@ -87,6 +94,8 @@ class TargetConfig:
             "partitioners": _value(self.partitioners),
             "whole_program": _value(self.whole_program),
             "recipe": self.recipe.to_json() if self.recipe else None,
+            "memory_planning": self.memory_planning,
+            "sym_shape_eval": self.sym_shape_eval,
         }
         return {name: value for name, value in options.items() if value}
 
@@ -138,6 +147,9 @@ class ProjectConfig:
     backend_options: BackendOptions = field(hash=False)
     edge_compile_config: Options = field(hash=False)
     executorch_backend_config: Options = field(hash=False)
+    export: ExportConfig
+    memory_planning: Options = field(hash=False)
+    sym_shape_eval: str | None
 
     def with_backends(self, backends: tuple[str, ...] | None) -> ProjectConfig:
         """Every target lowered with `backends` instead (an editor's override); None: as written."""

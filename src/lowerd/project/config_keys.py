@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from lowerd.project import config_values as values
+from lowerd.project import export_options, quantize_options, recipes
 from lowerd.project import lowering_options as options
-from lowerd.project import quantize_options, recipes
+from lowerd.project.compile_configs import SYM_SHAPE_EVAL_PASSES
 from lowerd.project.config_reader import Read
 from lowerd.project.team_config import EXECUTORS, REMOTE_MODES
 
@@ -69,10 +70,11 @@ KEYS: tuple[Key, ...] = (
         "entry",
         Scope.TARGET,
         _REFERENCE,
-        "The function that makes the model: it takes no arguments and returns `(module, "
-        "example_args)` or `(module, example_args, dynamic_shapes)` (one method, `forward`), or "
-        "`{method_name: (module, example_args[, dynamic_shapes])}` (a multi-method program whose "
-        "modules may share weights). A file is relative to the pyproject.toml; the project "
+        "The function that makes the model: it takes no arguments and returns a "
+        "`lowerd.Method(module, args, kwargs, dynamic_shapes=...)` (example inputs by position "
+        "and by keyword), `(module, example_args)` or `(module, example_args, dynamic_shapes)` "
+        "(one method, `forward`), or a dict of those by method name (a multi-method program "
+        "whose modules may share weights). A file is relative to the pyproject.toml; the project "
         "folder is put on `sys.path`, so model files import their siblings. A missing file or "
         "function is an error at this line.",
         values.reference,
@@ -284,6 +286,24 @@ KEYS: tuple[Key, ...] = (
         shown_default="none: exported as the entry returns it",
     ),
     Key(
+        "export",
+        Scope.BOTH,
+        "table: `strict`, `no_grad` (booleans), `module_passes` (a function reference, like "
+        "`entry`)",
+        "How each method is exported. `strict = true` is `torch.export.export(..., "
+        "strict=True)`. `no_grad = true` exports under `torch.no_grad()` (the lowering runs in "
+        "the process's grad mode, as optimum-executorch does). `module_passes` names a function "
+        "of no arguments returning a list of callables, applied in order to the exported "
+        "program's `ep.module()` (each returns a GraphModule or a PassResult, as ExecuTorch's "
+        "passes do), after which the module is exported again with the same inputs and "
+        "settings; its file is an input of the build. A target's keys are laid over the "
+        "project's, key by key.",
+        export_options.export_settings,
+        default={},
+        shown_default="non-strict, in the process's grad mode, exported once",
+        lay=export_options.lay_export,
+    ),
+    Key(
         "edge_compile_config",
         Scope.BOTH,
         _FIELDS_TABLE.format(config="EdgeCompileConfig"),
@@ -308,6 +328,33 @@ KEYS: tuple[Key, ...] = (
         options.compile_config,
         default={},
         lay=options.lay_fields,
+    ),
+    Key(
+        "memory_planning",
+        Scope.BOTH,
+        "table of `MemoryPlanningPass` arguments",
+        "`to_executorch(ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(...)))`: "
+        "`alloc_graph_input`, `alloc_graph_output`, `alloc_mutable_buffers`, "
+        "`share_mutable_buffers`, `allow_lifetime_and_storage_overlap` (true or false), "
+        '`alignment` (a positive integer), `memory_planning_algo` (`"greedy"` or `"naive"`, '
+        "the function of `executorch.exir.memory_planning` run by a "
+        "`MemoryPlanningAlgorithmSuite`). A target's arguments are laid over the project's, one "
+        "by one.",
+        options.memory_planning,
+        default={},
+        shown_default="none: ExecuTorch's MemoryPlanningPass()",
+        lay=options.lay_fields,
+    ),
+    Key(
+        "sym_shape_eval",
+        Scope.BOTH,
+        'string, `"hint"` or `"constraint"`',
+        "How the emitted program's dynamic shapes are bounded: "
+        "`ExecutorchBackendConfig(sym_shape_eval_pass=HintBasedSymShapeEvalPass())` for "
+        '`"hint"` (the example inputs\' sizes), `ConstraintBasedSymShapeEvalPass()` for '
+        '`"constraint"` (the export\'s upper bounds).',
+        values.one_of(tuple(SYM_SHAPE_EVAL_PASSES)),
+        shown_default='ExecuTorch\'s, `"constraint"`',
     ),
     Key(
         "transform_passes",

@@ -1,7 +1,8 @@
 """What a target passes to ExecuTorch besides its program: backend options, the edge and emit
-configs, constant methods, a whole-program backend; their checks (each a reader the field table,
-config_keys.py, names), how a target's value is laid over the project's, and the rules between
-these keys. Declared quantization is quantize_options.py's.
+configs with their memory planning, constant methods, a whole-program backend; their checks (each
+a reader the field table, config_keys.py, names), how a target's value is laid over the
+project's, and the rules between these keys. Declared quantization is quantize_options.py's, how
+the program is exported export_options.py's.
 
 Checked without importing torch or executorch: the option and field lists are in
 project/backends.py and project/compile_configs.py.
@@ -83,6 +84,18 @@ def compile_config(reader: KeyReader, value: object, key: KeyPath) -> Options:
         field: option(reader, field, item, kinds, (*key, field), f"{name} field")
         for field, item in value.items()
     }
+
+
+def memory_planning(reader: KeyReader, value: object, key: KeyPath) -> Options:
+    """[<table>.memory_planning]: MemoryPlanningPass's arguments, the algorithm by name."""
+    fields = compile_config(reader, value, key)
+    if fields.get("share_mutable_buffers") is True and fields.get("alloc_mutable_buffers") is False:
+        raise reader.error(
+            "share_mutable_buffers needs alloc_mutable_buffers (MemoryPlanningPass refuses "
+            "sharing buffers it does not plan): drop one",
+            (*key, "share_mutable_buffers"),
+        )
+    return fields
 
 
 def option(

@@ -23,11 +23,12 @@ samples = {samples}
 if not isinstance(samples, dict):
     samples = {{name: samples for name in methods}}
 modules, example_inputs, dynamic_shapes = {{}}, {{}}, {{}}
-for name, (module, args, *rest) in methods.items():
+for name, method in methods.items():
+    module, args, _, shapes = inputs(method)  # by position: export() takes no keywords
     modules[name] = module
     example_inputs[name] = [args, *samples.get(name, [])]  # [0] exported, all calibrate
-    if rest:
-        dynamic_shapes[name] = rest[0]
+    if shapes is not None:
+        dynamic_shapes[name] = shapes
 session = export(
     modules,
     example_inputs,

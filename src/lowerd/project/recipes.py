@@ -20,6 +20,7 @@ from typing import Any, TypeAlias
 
 from lowerd.project.config_reader import KeyReader, Table, describe, did_you_mean
 from lowerd.project.config_values import positive_int, reference
+from lowerd.project.export_options import ExportConfig
 from lowerd.project.located import Located
 from lowerd.project.recipe_names import RECIPES, SET_ARGS, KnownRecipe, RecipeArg
 from lowerd.project.toml_lines import KeyPath
@@ -35,6 +36,9 @@ _REPLACED_BY_RECIPE = (
     ("executorch_backend_config", "the recipe gives its own ExecutorchBackendConfig"),
     ("external_constants", "the recipe gives its own ExecutorchBackendConfig"),
     ("backend_options", "the recipe makes its own partitioners"),
+    ("export", "the recipe exports as it says"),
+    ("memory_planning", "the recipe gives its own ExecutorchBackendConfig"),
+    ("sym_shape_eval", "the recipe gives its own ExecutorchBackendConfig"),
 )
 
 
@@ -46,6 +50,9 @@ def recipe_clears() -> dict[str, object]:
         "backend_options": {},
         "edge_compile_config": {},
         "executorch_backend_config": {},
+        "export": ExportConfig(),
+        "memory_planning": {},
+        "sym_shape_eval": None,
     }
 
 

@@ -1,6 +1,7 @@
 """A stock ExecuTorch script that reproduces a target: what lowerd does for it, written out as the
-script a user would have written without lowerd — export, (declared quantization,) lowering with
-the target's partitioners and options, emission with its configs — so that running it gives the
+script a user would have written without lowerd — export as its [..export] table says, (declared
+quantization,) lowering with the target's partitioners and options, emission with its configs and
+passes — so that running it gives the
 .pte (and data files) lowerd wrote, byte for byte. It imports ExecuTorch, never lowerd.
 
 Made from the config alone (no torch here): the editor's *Copy a stock ExecuTorch script* and
@@ -12,8 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from lowerd.project.backends import BACKENDS
+from lowerd.project.compile_configs import SYM_SHAPE_EVAL_PASSES
 from lowerd.project.config import ProjectConfig, TargetConfig
-from lowerd.project.lowering_options import WholeProgram
+from lowerd.project.export_options import ExportConfig
+from lowerd.project.lowering_options import Options, WholeProgram
 from lowerd.project.quantize_options import TorchaoLinears
 from lowerd.project.recipe_script import recipe_export
 
@@ -57,6 +60,15 @@ def load(reference):
 
 returned = load({entry!r})()
 methods = returned if isinstance(returned, dict) else {{"forward": returned}}
+
+
+def inputs(method):
+    """(module, args, kwargs, dynamic_shapes) of a method as the entry returned it: a
+    lowerd.Method, or a (module, args[, dynamic_shapes]) tuple."""
+    if isinstance(method, tuple):
+        module, args, *rest = method
+        return module, args, {{}}, rest[0] if rest else None
+    return method.module, method.args, dict(method.kwargs), method.dynamic_shapes
 '''
 
 _QUANTIZE = """
@@ -71,14 +83,17 @@ if not isinstance(samples, dict):
     samples = {{name: samples for name in methods}}
 
 
-def quantized(name, module, args, shapes):
-    graph = torch.export.export(module, args, dynamic_shapes=shapes).module()
+def quantized(name, module, args, kwargs, shapes):
+    graph = export(module, args, kwargs, shapes).module()
     quantizer = XNNPACKQuantizer().set_global(
         get_symmetric_quantization_config(is_per_channel=True, is_dynamic={is_dynamic})
     )
     prepared = prepare_pt2e(graph, quantizer)
-    for sample in samples.get(name) or [args]:
-        prepared(*sample)
+    calls = [(args, kwargs)]  # the example inputs, unless the calibration gives samples
+    if samples.get(name):  # a tuple of positional inputs, or a dict of keyword inputs
+        calls = [((), s) if isinstance(s, dict) else (s, {{}}) for s in samples[name]]
+    for sample_args, sample_kwargs in calls:
+        prepared(*sample_args, **sample_kwargs)
     return convert_pt2e(prepared)
 
 """
@@ -108,7 +123,7 @@ def selected(module, fqn):
 quantized_modules = set()
 
 
-def quantized(name, module, args, shapes):
+def quantized(name, module, args, kwargs, shapes):
     if id(module) not in quantized_modules:  # methods may share a module: quantize it once
         quantized_modules.add(id(module))
         quantize_(module, config, filter_fn=selected)
@@ -118,10 +133,10 @@ def quantized(name, module, args, shapes):
 '''
 
 _EXPORT = """
-programs = {{}}
-for name, (module, args, *rest) in methods.items():
-    shapes = rest[0] if rest else None
-{quantize}    programs[name] = torch.export.export(module, args, dynamic_shapes=shapes)
+{passes}programs = {{}}
+for name, method in methods.items():
+    module, args, kwargs, shapes = inputs(method)
+{quantize}    programs[name] = export(module, args, kwargs, shapes{given})
 """
 
 _WRITE = """
@@ -141,15 +156,47 @@ def stock_script(config: ProjectConfig, target: TargetConfig) -> str:
         parts.append(_WRITE.format(name=target.name))
         parts.append(_data_files(target))
         return "".join(parts)
+    parts.append(_export_function(target.export))
     parts.append(_quantize(target))
-    quantize = "    module = quantized(name, module, args, shapes)\n" if target.quantize else ""
-    parts.append(_EXPORT.format(quantize=quantize))
+    quantize = "    module = quantized(name, module, args, kwargs, shapes)\n"
+    module_passes = target.export.module_passes
+    passes = f"module_passes = load({module_passes.value!r})()\n" if module_passes else ""
+    parts.append(
+        _EXPORT.format(
+            passes=passes,
+            quantize=quantize if target.quantize else "",
+            given=", module_passes" if module_passes else "",
+        )
+    )
     whole = target.whole_program
     parts.append(_whole_program(target, whole.value) if whole else _lower(target))
     parts.append(_emit(target))
     parts.append(_WRITE.format(name=target.name))
     parts.append(_data_files(target))
     return "".join(parts)
+
+
+def _export_function(settings: ExportConfig) -> str:
+    """export(module, args, kwargs, shapes[, passes]): torch.export as the target's [..export]
+    table says, the module passes' graph exported again."""
+    strict = ", strict=True" if settings.strict else ""
+    call = f"torch.export.export({{}}, args, kwargs, dynamic_shapes=shapes{strict})"
+    body = [f"program = {call.format('module')}"]
+    if settings.module_passes:
+        body += [
+            "graph = program.module()  # [export] module_passes: each pass, then export again",
+            "for module_pass in passes:",
+            "    graph = module_pass(graph)",
+            "    graph = graph[0] if isinstance(graph, tuple) else graph  # a PassResult",
+            f"program = {call.format('graph')}",
+        ]
+    body.append("return program")
+    if settings.no_grad:
+        with_no_grad = "with torch.no_grad():  # [export] no_grad: the lowering runs in grad mode"
+        body = [with_no_grad, *(f"    {line}" for line in body)]
+    lines = ["", "", "def export(module, args, kwargs, shapes, passes=()):"]
+    lines += [f"    {line}" for line in body]
+    return "\n".join(lines) + "\n\n"
 
 
 def _quantize(target: TargetConfig) -> str:
@@ -295,14 +342,15 @@ class Composite(torch.nn.Module):  # ExecuTorch's documented whole-module loweri
 compile_config = EdgeCompileConfig({_keywords(target.edge_compile_config)})
 edge = to_edge(programs, compile_config=compile_config)
 composites = {{}}
-for name, (module, args, *rest) in methods.items():
+for name, method in methods.items():
+    module, args, kwargs, shapes = inputs(method)
     lowered = to_backend({whole["backend_id"]!r}, edge.exported_program(name), [{specs}])
-    shapes = {{"args": tuple(rest[0])}} if rest and not isinstance(rest[0], dict) else None
-    if rest and isinstance(rest[0], dict):  # by the forward's parameter names, in their order
+    if isinstance(shapes, dict):  # by the forward's parameter names, in their order
         import inspect
 
         names = list(inspect.signature(module.forward).parameters)[: len(args)]
-        shapes = {{"args": tuple(rest[0].get(n) for n in names)}}
+        shapes = tuple(shapes.get(n) for n in names)
+    shapes = {{"args": tuple(shapes)}} if shapes is not None else None
     composites[name] = torch.export.export(Composite(lowered), args, dynamic_shapes=shapes)
 edge = to_edge(
     composites,
@@ -325,11 +373,32 @@ def _backend_module(backend_id: str) -> str:
 
 
 def _emit(target: TargetConfig) -> str:
-    return (
-        "\nfrom executorch.exir import ExecutorchBackendConfig\n\n"
-        "manager = edge.to_executorch("
-        f"ExecutorchBackendConfig({_keywords(target.executorch_backend_config)}))\n"
-    )
+    lines = ["", "from executorch.exir import ExecutorchBackendConfig"]
+    arguments = [_keywords(target.executorch_backend_config)]
+    if target.memory_planning:
+        lines += [
+            "from executorch.exir import memory_planning",
+            "from executorch.exir.passes import MemoryPlanningPass",
+        ]
+        arguments.append(f"memory_planning_pass={_memory_planning_pass(target.memory_planning)}")
+    if target.sym_shape_eval:
+        name = SYM_SHAPE_EVAL_PASSES[target.sym_shape_eval]
+        lines.append(f"from executorch.exir.passes.sym_shape_eval_pass import {name}")
+        arguments.append(f"sym_shape_eval_pass={name}()")
+    config = ", ".join(argument for argument in arguments if argument)
+    lines += ["", f"manager = edge.to_executorch(ExecutorchBackendConfig({config}))"]
+    return "\n".join(lines) + "\n"
+
+
+def _memory_planning_pass(arguments: Options) -> str:
+    given: dict[str, Any] = dict(arguments)
+    algorithm = given.pop("memory_planning_algo", None)
+    keywords = [_keywords(given)] if given else []
+    if algorithm is not None:
+        suite = "memory_planning.MemoryPlanningAlgorithmSuite"
+        suite += f"(algo_list=[memory_planning.{algorithm}])"
+        keywords.append(f"memory_planning_algo={suite}")
+    return f"MemoryPlanningPass({', '.join(keywords)})"
 
 
 def _data_files(target: TargetConfig) -> str:
