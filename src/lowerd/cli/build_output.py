@@ -3,11 +3,47 @@ on a terminal while it works, then the JSON document or the readable report."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from lowerd.cli.report_table import ReportView, format_report
+
+
+@dataclass(frozen=True)
+class BuildAsk:
+    """What `lowerd build` was asked, whichever executor answers it (in-process, the daemon, Ray).
+
+    `jobs` is None when --jobs was not given: each executor has its own default."""
+
+    config_path: str | None
+    target_names: tuple[str, ...]
+    as_json: bool
+    use_cache: bool
+    jobs: int | None
+    view: ReportView | None = None
+    started: float = 0.0  # perf_counter() when asked: the report's total time counts from it
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> BuildAsk:
+        view = ReportView(all_ops=args.all_ops, modules=args.modules)
+        return cls(
+            args.config,
+            tuple(args.targets),
+            args.json,
+            not args.no_cache,
+            args.jobs,
+            view,
+            time.perf_counter(),
+        )
+
+    def print_outcome(self, document: dict[str, Any]) -> None:
+        """The build's JSON document or readable report, and its warnings."""
+        seconds = time.perf_counter() - self.started
+        print_outcome(document, self.as_json, seconds, self.view)
 
 
 def print_outcome(

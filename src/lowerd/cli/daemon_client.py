@@ -14,11 +14,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from lowerd.cli.build_output import print_outcome, progress_printer
+from lowerd.cli.build_output import BuildAsk, progress_printer
 from lowerd.cli.exit_codes import EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE, exit_code
-from lowerd.cli.report_table import ReportView
 from lowerd.daemon.rpc_messages import (
     BuildCall,
     FinalFrame,
@@ -76,30 +75,23 @@ def load_project(config_path: str | None) -> ProjectConfig:
 # lowerd build ---------------------------------------------------------------------------------
 
 
-def build_via_daemon(
-    config_path: str | None,
-    target_names: Sequence[str],
-    as_json: bool,
-    use_cache: bool,
-    jobs: int,
-    start: bool,
-    view: ReportView | None = None,
-) -> int | None:
+def build_via_daemon(ask: BuildAsk, start: bool) -> int | None:
     """Build through the project's daemon: the running one, or with `start` a new one.
 
     None when there is no daemon to use: the caller builds in-process.
     """
-    started = time.perf_counter()
-    config = load_project(config_path)
-    select_targets(config, target_names)  # a wrong name is a usage error before any daemon
-    request = BuildCall(str(config.path), tuple(target_names), use_cache, jobs)
+    config = load_project(ask.config_path)
+    select_targets(config, ask.target_names)  # a wrong name is a usage error before any daemon
+    # Warm workers make a job cheap; in-process, each extra job pays its own torch import.
+    jobs = ask.jobs or os.cpu_count() or 1
+    request = BuildCall(str(config.path), ask.target_names, ask.use_cache, jobs)
     final = final_via_daemon(config, request, start)
     if not isinstance(final, FinalFrame):
         return final
     if final.document is None:
         print(f"lowerd: {final.message}", file=sys.stderr)
     else:
-        print_outcome(final.document, as_json, time.perf_counter() - started, view)
+        ask.print_outcome(final.document)
     return exit_code(final.outcome)
 
 

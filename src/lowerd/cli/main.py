@@ -237,9 +237,9 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 def _run_build(args: argparse.Namespace) -> int:
     """Through the project's daemon when one runs (or --daemon starts one), else in-process."""
-    from lowerd.cli.report_table import ReportView
+    from lowerd.cli.build_output import BuildAsk
 
-    view = ReportView(all_ops=args.all_ops, modules=args.modules)
+    ask = BuildAsk.from_args(args)
     asked_by = _ray_asked_by(args)
     if asked_by is not None:
         if args.daemon:  # a Ray build needs no local workers, warm or not
@@ -247,41 +247,16 @@ def _run_build(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         from lowerd.cli.ray_executor import run_ray_build
 
-        return run_ray_build(
-            config_path=args.config,
-            target_names=args.targets,
-            as_json=args.json,
-            view=view,
-            use_cache=not args.no_cache,
-            jobs=args.jobs,
-            address=args.ray_address,
-            asked_by=asked_by,
-        )
+        return run_ray_build(ask, args.ray_address, asked_by)
     if not args.no_daemon:
         from lowerd.cli.daemon_client import build_via_daemon  # torch-free: the daemon has it
 
-        exit_code = build_via_daemon(
-            config_path=args.config,
-            target_names=args.targets,
-            as_json=args.json,
-            view=view,
-            use_cache=not args.no_cache,
-            # Warm workers make a job cheap; in-process, each extra job pays its own torch import.
-            jobs=args.jobs or os.cpu_count() or 1,
-            start=args.daemon,
-        )
+        exit_code = build_via_daemon(ask, start=args.daemon)
         if exit_code is not None:
             return exit_code
     from lowerd.cli.build_command import run_build
 
-    return run_build(
-        config_path=args.config,
-        target_names=args.targets,
-        as_json=args.json,
-        view=view,
-        use_cache=not args.no_cache,
-        jobs=args.jobs or 1,
-    )
+    return run_build(ask)
 
 
 def _ray_asked_by(args: argparse.Namespace) -> str | None:

@@ -34,11 +34,10 @@ from typing import Any
 
 import msgpack
 
-from lowerd.cli.build_output import ProgressLine, print_outcome, progress_printer
+from lowerd.cli.build_output import BuildAsk, ProgressLine, progress_printer
 from lowerd.cli.exit_codes import EXIT_USAGE, exit_code
 from lowerd.cli.ray_outputs import take_payload
 from lowerd.cli.ray_task import PAYLOAD_VERSION, build_on_node
-from lowerd.cli.report_table import ReportView
 from lowerd.project.batch import Batch
 from lowerd.project.build_state import load_state, tool_versions
 from lowerd.project.config import ProjectConfig, TargetConfig, choose_config
@@ -67,34 +66,23 @@ EXCLUDES = (
 )
 
 
-def run_ray_build(
-    config_path: str | None,
-    target_names: Sequence[str],
-    as_json: bool,
-    use_cache: bool,
-    jobs: int | None,
-    address: str | None,
-    asked_by: str,
-    view: ReportView | None = None,
-) -> int:
+def run_ray_build(ask: BuildAsk, address: str | None, asked_by: str) -> int:
     """The build with its stale targets on Ray; `asked_by` names the flag or key that chose Ray
-    (for the message when Ray is not installed), `jobs` caps the tasks in flight (None: all)."""
-    started = time.perf_counter()
+    (for the message when Ray is not installed); --jobs caps the tasks in flight (default: all)."""
     started_ns = time.time_ns()
     try:
         ray = _import_ray()
     except ImportError:
         print(f"lowerd: {asked_by} {MISSING_RAY}", file=sys.stderr)
         return EXIT_USAGE
-    path = choose_config(config_path)
-    batch = Batch.load(path, target_names, use_cache)
+    batch = Batch.load(choose_config(ask.config_path), ask.target_names, ask.use_cache)
     address = address or batch.config.ray_address
     batch.answer_up_to_date()
     node_warnings: list[str] = []
     if batch.stale:
         stdout = sys.stdout
         try:
-            node_warnings = _build_stale(ray, batch, address, jobs, started_ns)
+            node_warnings = _build_stale(ray, batch, address, ask.jobs, started_ns)
         except _Unreachable as error:
             print(f"lowerd: {error}", file=sys.stderr)
             return EXIT_USAGE
@@ -104,7 +92,7 @@ def run_ray_build(
     warnings = [*document["warnings"], *node_warnings]
     document["warnings"] = list(dict.fromkeys(warnings))  # each node says it once here
     document["executor"] = "ray"
-    print_outcome(document, as_json, time.perf_counter() - started, view)
+    ask.print_outcome(document)
     return exit_code(outcome)
 
 
