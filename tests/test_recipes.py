@@ -108,6 +108,9 @@ def test_recipe_mistakes_are_blamed_on_their_lines(tmp_path: Path) -> None:
         ("executorch_backend_config", "{ extract_delegate_segments = false }"),
         ("external_constants", "true"),
         ("backend_options", "{ xnnpack = { per_op_mode = true } }"),
+        ("export", "{ strict = false }"),
+        ("memory_planning", "{ alloc_graph_input = false }"),
+        ("sym_shape_eval", '"hint"'),
     ],
 )
 def test_a_recipe_target_sets_no_key_its_recipe_says(tmp_path: Path, key: str, value: str) -> None:
@@ -119,6 +122,7 @@ def test_a_recipe_target_sets_no_key_its_recipe_says(tmp_path: Path, key: str, v
 def test_the_project_defaults_do_not_reach_a_recipe_target(tmp_path: Path) -> None:
     text = HEAD.replace(
         "[tool.lowerd.targets.net]",
+        'sym_shape_eval = "hint"\n[tool.lowerd.export]\nstrict = true\n'
         "[tool.lowerd.edge_compile_config]\n_check_ir_validity = false\n"
         "[tool.lowerd.backend_options.xnnpack]\nper_op_mode = true\n\n"
         "[tool.lowerd.targets.net]",
