@@ -372,3 +372,34 @@ def _importable(module: str) -> bool:
     except ImportError:
         return False
     return True
+
+
+KEYWORD_ENTRY = """\
+import torch
+
+from lowerd import Method
+
+
+def make():  # LINE-MARK: keywords
+    return Method(torch.nn.Linear(4, 4).eval(), kwargs={"input": torch.randn(1, 4)})
+"""
+
+
+def test_keyword_example_inputs_are_refused_at_the_entry(tmp_path: Path) -> None:
+    """executorch.export.export takes each example input as a tuple of positional inputs."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "keywords.py").write_text(KEYWORD_ENTRY)
+    path = write_pyproject(
+        tmp_path, HEAD.replace("models/net.py", "models/keywords.py") + 'recipe = "xnnpack_fp32"\n'
+    )
+    config = load_config(path)
+    try:
+        result = build_target(config, config.targets["net"], None)
+    finally:
+        forget_project_modules(tmp_path)
+    assert result.error is not None and result.error.kind == "entry-error"
+    assert "keyword example inputs (input)" in result.error.message
+    assert "executorch.export.export takes example inputs by position" in result.error.message
+    lines = KEYWORD_ENTRY.splitlines()
+    marked = next(i for i, text in enumerate(lines, 1) if text.endswith("LINE-MARK: keywords"))
+    assert (result.error.file, result.error.line) == ("models/keywords.py", marked)
