@@ -415,8 +415,9 @@ KEYS: tuple[Key, ...] = (
         "the samples `calibration` returns (only for a recipe with a PT2E quantizer, which "
         "calibrates on all of them). The target sets none of `backends`, `partitioners`, "
         "`whole_program`, `quantize`, `transform_passes`, `edge_compile_config`, "
-        "`executorch_backend_config`, `external_constants`, `backend_options`: the recipe says "
-        "them.",
+        "`executorch_backend_config`, `external_constants`, `backend_options`, `export`, "
+        "`memory_planning`, `sym_shape_eval`: the recipe says them, and [tool.lowerd]'s values "
+        "for them do not reach it.",
         recipes.recipe,
         shown_default="none",
     ),
