@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from lowerd.cache.remote import RemoteCounts, RemoteReport
 from lowerd.project.report_model import MethodReport, coverage_percent
+from lowerd.project.verification import Verification
 from lowerd.project.wire import wire_field, wire_shape
 
 Status = Literal["ok", "error"]
@@ -171,6 +172,8 @@ class TargetResult:
     quantize: str | None = None
     # The .pte's size and what makes it up; None for a failed build and in older records.
     sizes: ProgramSizes | None = None
+    # The .pte run on this host's ExecuTorch runtime against eager (`verify`), when asked.
+    verification: Verification | None = field(default=None, metadata=_ONLY_GIVEN)
 
     # Named constructors ----------------------------------------------------------------------
 
