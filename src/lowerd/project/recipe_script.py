@@ -12,6 +12,7 @@ The example inputs of each method are its example args, then its calibration sam
 from __future__ import annotations
 
 from lowerd.project.config import TargetConfig
+from lowerd.project.python_literal import identifier, literal
 from lowerd.project.recipe_names import COREML_ENUM_ARGS, SET_ARGS, coreml_member
 from lowerd.project.recipes import RecipeConfig, RecipeValue
 
@@ -48,23 +49,25 @@ def recipe_export(target: TargetConfig, declared: RecipeConfig) -> str:
         imports.append("import coremltools as ct")
     if known.target_function:
         imports.append(f"from {known.module} import {known.target_function}")
-        made = f"{known.target_function}({_arguments(repr(known.name), declared)})"
+        made = f"{known.target_function}({_arguments(literal(known.name), declared)})"
     else:
         imports.append(f"from {known.module} import {known.enum}")
-        recipe_type = f"{known.enum}({known.name!r})"
+        recipe_type = f"{known.enum}({literal(known.name)})"
         made = f"ExportRecipe.get_recipe({_arguments(recipe_type, declared)})"
     calibration = declared.calibration
     return _EXPORT.format(
         imports="\n".join(imports) + "\n",
         recipe=made,
-        samples=f"load({calibration.value!r})()" if calibration else "{}",
-        constant_methods=repr(target.constant_methods or None),
-        etrecord=repr(target.etrecord),
+        samples=f"load({literal(calibration.value)})()" if calibration else "{}",
+        constant_methods=literal(target.constant_methods or None),
+        etrecord=literal(target.etrecord),
     )
 
 
 def _arguments(first: str, declared: RecipeConfig) -> str:
-    keywords = [f"{name}={_value(name, value)}" for name, value in declared.kwargs.items()]
+    keywords = [
+        f"{identifier(name)}={_value(name, value)}" for name, value in declared.kwargs.items()
+    ]
     return ", ".join([first, *keywords])
 
 
@@ -72,7 +75,7 @@ def _value(name: str, value: RecipeValue) -> str:
     """A keyword argument as the recipe takes it: coremltools' enum members, Python sets."""
     if name in COREML_ENUM_ARGS:
         enum, member = coreml_member(name, value)
-        return f"ct.{enum}.{member}"
+        return f"ct.{identifier(enum)}.{identifier(member)}"
     if name in SET_ARGS:
-        return f"set({value!r})"
-    return repr(value)
+        return f"set({literal(value)})"
+    return literal(value)

@@ -17,13 +17,17 @@ from lowerd.project.compile_configs import SYM_SHAPE_EVAL_PASSES
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.export_options import ExportConfig
 from lowerd.project.lowering_options import Options, WholeProgram
+from lowerd.project.python_literal import identifier, literal
 from lowerd.project.quantize_options import TorchaoLinears
 from lowerd.project.recipe_script import recipe_export
 
+# Every value in the script is written by python_literal (a string through repr, `float("inf")`
+# for an infinite float), never pasted into its text: a project folder's name may hold quotes,
+# backslashes or code. The docstring holds no value for that reason.
 _HEADER = '''\
-"""Stock ExecuTorch, no lowerd: reproduces lowerd target {name!r} of {config}.
+"""Stock ExecuTorch, no lowerd: reproduces lowerd target TARGET of the project in PROJECT.
 
-Run it with the project's Python: `python {name}_stock.py`. It writes {name}.pte (and any data
+Run it with the project's Python: `python TARGET_stock.py`. It writes TARGET.pte (and any data
 files) to the current folder and prints each file's sha256, which equal lowerd's.
 """
 
@@ -38,7 +42,8 @@ import torch
 '''
 
 _LOAD = '''
-PROJECT = Path({root!r})
+TARGET = {name}
+PROJECT = Path({root})
 OUT = Path.cwd()  # where the files go: the folder the script runs in
 sys.path.insert(0, str(PROJECT))
 os.chdir(PROJECT)  # entries open files relative to their project, as lowerd runs them
@@ -58,7 +63,7 @@ def load(reference):
     return getattr(module, name)
 
 
-returned = load({entry!r})()
+returned = load({entry})()
 methods = returned if isinstance(returned, dict) else {{"forward": returned}}
 
 
@@ -106,7 +111,7 @@ from torchao.utils import TorchAOBaseTensor, unwrap_tensor_subclass
 config = Int8DynamicActivationIntxWeightConfig(
     weight_dtype=torch.int{weight_bits},
     weight_granularity={granularity},
-    intx_choose_qparams_algorithm={qparams_algorithm!r},
+    intx_choose_qparams_algorithm={qparams_algorithm},
 )
 
 
@@ -141,7 +146,7 @@ for name, method in methods.items():
 
 _WRITE = """
 OUT.mkdir(parents=True, exist_ok=True)
-pte = OUT / "{name}.pte"
+pte = OUT / (TARGET + ".pte")
 pte.write_bytes(manager.buffer)
 print(f"{{pte}}: sha256 {{hashlib.sha256(manager.buffer).hexdigest()}}")
 """
@@ -149,18 +154,24 @@ print(f"{{pte}}: sha256 {{hashlib.sha256(manager.buffer).hexdigest()}}")
 
 def stock_script(config: ProjectConfig, target: TargetConfig) -> str:
     """The script's text, for the target as the config declares it."""
-    parts = [_HEADER.format(name=target.name, config=str(config.path))]
-    parts.append(_LOAD.format(root=str(config.root), entry=target.entry.value))
+    parts = [_HEADER]
+    parts.append(
+        _LOAD.format(
+            name=literal(target.name),
+            root=literal(str(config.root)),
+            entry=literal(target.entry.value),
+        )
+    )
     if target.recipe:  # executorch.export.export with the recipe does all the rest
         parts.append(recipe_export(target, target.recipe))
-        parts.append(_WRITE.format(name=target.name))
+        parts.append(_WRITE)
         parts.append(_data_files(target))
         return "".join(parts)
     parts.append(_export_function(target.export))
     parts.append(_quantize(target))
     quantize = "    module = quantized(name, module, args, kwargs, shapes)\n"
     module_passes = target.export.module_passes
-    passes = f"module_passes = load({module_passes.value!r})()\n" if module_passes else ""
+    passes = f"module_passes = load({literal(module_passes.value)})()\n" if module_passes else ""
     parts.append(
         _EXPORT.format(
             passes=passes,
@@ -171,7 +182,7 @@ def stock_script(config: ProjectConfig, target: TargetConfig) -> str:
     whole = target.whole_program
     parts.append(_whole_program(target, whole.value) if whole else _lower(target))
     parts.append(_emit(target))
-    parts.append(_WRITE.format(name=target.name))
+    parts.append(_WRITE)
     parts.append(_data_files(target))
     return "".join(parts)
 
@@ -205,8 +216,8 @@ def _quantize(target: TargetConfig) -> str:
     if target.quantize.torchao is not None:
         return _torchao(target.quantize.torchao)
     calibration = target.quantize.calibration
-    samples = f"load({calibration.value!r})()" if calibration else "{}"
-    return _QUANTIZE.format(samples=samples, is_dynamic=target.quantize.is_dynamic)
+    samples = f"load({literal(calibration.value)})()" if calibration else "{}"
+    return _QUANTIZE.format(samples=samples, is_dynamic=literal(target.quantize.is_dynamic))
 
 
 def _torchao(linears: TorchaoLinears) -> str:
@@ -216,31 +227,36 @@ def _torchao(linears: TorchaoLinears) -> str:
     per_group = linears.granularity == "per_group"
     return _TORCHAO.format(
         granularity_class="PerGroup" if per_group else "PerAxis",
-        granularity=f"PerGroup({group_size})" if per_group else "PerAxis(0)",
-        weight_bits=linears.weight_bits,
-        qparams_algorithm=linears.qparams_algorithm,
-        which=f"kept if in_features divides by {group_size} (optimum's), " if divisible else "",
-        divisible=f"\n        and module.weight.shape[1] % {group_size} == 0" if divisible else "",
+        granularity=f"PerGroup({literal(group_size)})" if per_group else "PerAxis(0)",
+        weight_bits=literal(int(linears.weight_bits)),
+        qparams_algorithm=literal(linears.qparams_algorithm),
+        which=f"kept if in_features divides by {int(group_size or 0)} (optimum's), "
+        if divisible
+        else "",
+        divisible=f"\n        and module.weight.shape[1] % {literal(group_size)} == 0"
+        if divisible
+        else "",
     )
 
 
 def _lower(target: TargetConfig) -> str:
     lines = ["", "from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower", ""]
     if target.partitioners:
-        lines.append(f"partitioner = load({target.partitioners.value!r})()")
+        lines.append(f"partitioner = load({literal(target.partitioners.value)})()")
     else:
         imports, made = _partitioners(target)
         lines[1:1] = imports
         lines.append(f"partitioner = [{', '.join(made)}]")
-    passes = f"load({target.transform_passes.value!r})()" if target.transform_passes else "None"
+    transform = target.transform_passes
+    passes = f"load({literal(transform.value)})()" if transform else "None"
     lines += [
         "edge = to_edge_transform_and_lower(",
         "    programs,",
         f"    transform_passes={passes},",
         "    partitioner=partitioner,",
-        f"    constant_methods={_literal(target.constant_methods or None)},",
+        f"    constant_methods={literal(target.constant_methods or None)},",
         f"    compile_config=EdgeCompileConfig({_keywords(target.edge_compile_config)}),",
-        f"    generate_etrecord={target.etrecord!r},",
+        f"    generate_etrecord={literal(target.etrecord)},",
         ")",
     ]
     return "\n".join(lines) + "\n"
@@ -272,11 +288,11 @@ def _partitioner_arguments(backend: str, options: dict[str, Any]) -> tuple[list[
                 " ConfigPrecisionType"
             )
             members = ", ".join(
-                f"ConfigPrecisionType.{p.upper()}" for p in options["config_precisions"]
+                f"ConfigPrecisionType.{identifier(p.upper())}" for p in options["config_precisions"]
             )
             arguments.append(f"config_precisions=[{members}]")
         if "per_op_mode" in options:
-            arguments.append(f"per_op_mode={bool(options['per_op_mode'])!r}")
+            arguments.append(f"per_op_mode={literal(bool(options['per_op_mode']))}")
         return imports, ", ".join(arguments)
     if backend == "vulkan":
         return _vulkan_arguments(options.get("compile_options", {}))
@@ -294,11 +310,11 @@ def _vulkan_arguments(compile_options: dict[str, Any]) -> tuple[list[str], str]:
             imports.append(
                 f"from executorch.backends.vulkan.serialization.vulkan_graph_schema import {enum}"
             )
-            items.append(f"{key!r}: {enum}.{value}")
+            items.append(f"{literal(key)}: {enum}.{identifier(value)}")
         elif key == "texture_limits":
-            items.append(f"{key!r}: {tuple(value)!r}")
+            items.append(f"{literal(key)}: {literal(tuple(value))}")
         else:
-            items.append(f"{key!r}: {value!r}")
+            items.append(f"{literal(key)}: {literal(value)}")
     return imports, "compile_options={" + ", ".join(items) + "}"
 
 
@@ -309,19 +325,22 @@ def _coreml_arguments(options: dict[str, Any]) -> tuple[list[str], str]:
     ]
     arguments = []
     if "compute_unit" in options:
-        arguments.append(f"compute_unit=ct.ComputeUnit.{options['compute_unit'].upper()}")
+        arguments.append(
+            f"compute_unit=ct.ComputeUnit.{identifier(options['compute_unit'].upper())}"
+        )
     if "minimum_deployment_target" in options:
         arguments.append(
-            f"minimum_deployment_target=ct.target.{options['minimum_deployment_target']}"
+            f"minimum_deployment_target=ct.target.{identifier(options['minimum_deployment_target'])}"
         )
     if "model_type" in options:
-        arguments.append(f"model_type=CoreMLBackend.MODEL_TYPE({options['model_type']!r})")
+        arguments.append(f"model_type=CoreMLBackend.MODEL_TYPE({literal(options['model_type'])})")
     return imports, f"compile_specs=CoreMLBackend.generate_compile_specs({', '.join(arguments)})"
 
 
 def _whole_program(target: TargetConfig, whole: WholeProgram) -> str:
     specs = ", ".join(
-        f"CompileSpec({key!r}, {value!r}.encode())" for key, value in whole["compile_specs"].items()
+        f"CompileSpec({literal(key)}, {literal(value)}.encode())"
+        for key, value in whole["compile_specs"].items()
     )
     backend_module = _backend_module(whole["backend_id"])
     return f"""
@@ -344,7 +363,7 @@ edge = to_edge(programs, compile_config=compile_config)
 composites = {{}}
 for name, method in methods.items():
     module, args, kwargs, shapes = inputs(method)
-    lowered = to_backend({whole["backend_id"]!r}, edge.exported_program(name), [{specs}])
+    lowered = to_backend({literal(whole["backend_id"])}, edge.exported_program(name), [{specs}])
     if isinstance(shapes, dict):  # by the forward's parameter names, in their order
         import inspect
 
@@ -354,9 +373,9 @@ for name, method in methods.items():
     composites[name] = torch.export.export(Composite(lowered), args, dynamic_shapes=shapes)
 edge = to_edge(
     composites,
-    constant_methods={_literal(target.constant_methods or None)},
+    constant_methods={literal(target.constant_methods or None)},
     compile_config=compile_config,
-    generate_etrecord={target.etrecord!r},
+    generate_etrecord={literal(target.etrecord)},
 )
 """
 
@@ -369,7 +388,9 @@ def _backend_module(backend_id: str) -> str:
         "VulkanBackend": "import executorch.backends.vulkan.vulkan_preprocess  # noqa: F401",
         "CoreMLBackend": "import executorch.backends.apple.coreml.compiler  # noqa: F401",
     }
-    return modules.get(backend_id, f"# {backend_id}: import the module that defines it here")
+    return modules.get(
+        backend_id, f"# {identifier(backend_id)}: import the module that defines it here"
+    )
 
 
 def _emit(target: TargetConfig) -> str:
@@ -396,7 +417,7 @@ def _memory_planning_pass(arguments: Options) -> str:
     keywords = [_keywords(given)] if given else []
     if algorithm is not None:
         suite = "memory_planning.MemoryPlanningAlgorithmSuite"
-        suite += f"(algo_list=[memory_planning.{algorithm}])"
+        suite += f"(algo_list=[memory_planning.{identifier(str(algorithm))}])"
         keywords.append(f"memory_planning_algo={suite}")
     return f"MemoryPlanningPass({', '.join(keywords)})"
 
@@ -405,23 +426,18 @@ def _data_files(target: TargetConfig) -> str:
     """The program's external data (constants, backends' named data) and the ETRecord, named
     as lowerd names them beside the .pte: the target's name first (ExecuTorch's
     write_tensor_data_to_file names a file by its tag alone)."""
-    name = target.name
     lines = [
         "for tag, data in sorted((manager._tensor_data or {}).items()):",
         '    default = tag == "_default_external_constant"',
-        f'    file = "{name}.ptd" if default else f"{name}.{{tag.removesuffix(\'.ptd\')}}.ptd"',
+        '    suffix = ".ptd" if default else "." + tag.removesuffix(".ptd") + ".ptd"',
+        "    file = TARGET + suffix",
         "    (OUT / file).write_bytes(bytes(data))",
         '    print(f"{OUT / file}: sha256 {hashlib.sha256(bytes(data)).hexdigest()}")',
     ]
     if target.etrecord:
-        lines.append(f'manager.get_etrecord().save(str(OUT / "{name}.etrecord"))')
+        lines.append('manager.get_etrecord().save(str(OUT / (TARGET + ".etrecord")))')
     return "\n".join(lines) + "\n"
 
 
 def _keywords(values: dict[str, Any]) -> str:
-    return ", ".join(f"{key}={_literal(value)}" for key, value in values.items())
-
-
-def _literal(value: Any) -> str:
-    """A Python literal of a TOML value (strings, numbers, booleans, lists, tables)."""
-    return repr(value)
+    return ", ".join(f"{identifier(key)}={literal(value)}" for key, value in values.items())
