@@ -7,6 +7,7 @@ import gc
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -307,3 +308,45 @@ def test_the_fork_server_channels_messages_read_back_as_sent() -> None:
         parse_fork_server_message({"op": "started", "id": 7})
     with pytest.raises(ProtocolError, match="expected a map"):
         parse_fork_server_request([1, 2])
+
+
+# The fork server answers a worker's end before it warms up for later builds.
+
+_SERVE = """
+import socket, sys
+from lowerd.worker.forkserver import _serve
+_serve(socket.socket(fileno=int(sys.argv[1])))
+"""
+
+
+def test_a_worker_s_exit_is_reported_before_the_preload_it_asked_for(tmp_path: Path) -> None:
+    """A build asks for its libraries to be preloaded while it still runs; the server reports
+    the worker's exit first (the daemon answers the build then), and imports them after."""
+    config = tmp_path / "pyproject.toml"
+    os.mkfifo(config)  # the worker blocks reading its config until the test writes it
+    server, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    serving = subprocess.Popen(
+        [sys.executable, "-c", _SERVE, str(server.fileno())], pass_fds=[server.fileno()]
+    )
+    server.close()
+    events_read, events_write = os.pipe()
+    try:
+        ours.settimeout(DEADLINE)
+        job = msgpack.packb(encode(WorkerJob(str(config), "net", id=1)), use_bin_type=True)
+        socket.send_fds(ours, [job], [events_write])
+        os.close(events_write)
+        order = [_fork_server_answer(ours)]
+        ours.send(msgpack.packb(encode(PreloadRequest(("iniconfig",))), use_bin_type=True))
+        config.write_text("[tool.lowerd]\n")  # the worker reads it, fails and exits
+        while len(order) < 3:
+            order.append(_fork_server_answer(ours))
+    finally:
+        ours.close()  # the server's end: it leaves
+        serving.wait(DEADLINE)
+        os.close(events_read)
+    assert [type(m) for m in order] == [StartedMessage, ExitedMessage, PreloadedMessage], order
+    assert order[2].imported == 1, order
+
+
+def _fork_server_answer(channel: socket.socket) -> object:
+    return parse_fork_server_message(msgpack.unpackb(channel.recv(65536), raw=False))

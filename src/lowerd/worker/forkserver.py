@@ -159,10 +159,16 @@ def _lower_once(backends: list[Backend]) -> None:
 
 def _serve(channel: socket.socket) -> None:
     running: dict[int, int] = {}  # pid -> build id
+    # Preloads wait until no worker runs: a worker's build asks for one before it ends, and the
+    # seconds of imports must not stand between its exit and the daemon hearing of it (the
+    # daemon answers a build once its worker's exit is known).
+    preloads: list[PreloadRequest] = []
     while True:
         readable, _, _ = select.select([channel], [], [], 0.05)
         _reap(channel, running)
         if not readable:
+            if preloads and not running:  # between builds: warm up for the next ones
+                _send(channel, _import_libraries(list(preloads.pop(0).modules)))
             continue
         try:
             data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE, 1)
@@ -181,7 +187,7 @@ def _serve(channel: socket.socket) -> None:
             running[pid] = request.id
             _send(channel, StartedMessage(request.id, pid))
         elif isinstance(request, PreloadRequest):
-            _send(channel, _import_libraries(list(request.modules)))
+            preloads.append(request)
         for fd in fds:
             os.close(fd)
 
@@ -359,7 +365,6 @@ def _flush_output() -> None:
 
 
 def _build(job: WorkerJob, events: BinaryIO) -> None:
-    from lowerd.lowering.build import build_target
     from lowerd.project.build_state import remember_peak_rss
     from lowerd.project.config import load_config
     from lowerd.project.errors import LowerdError
@@ -384,6 +389,8 @@ def _build(job: WorkerJob, events: BinaryIO) -> None:
     except (LowerdError, KeyError) as error:
         send(ResultEvent(_config_failure(job, error)))
         return
+    from lowerd.lowering.build import build_target  # the engine: not for a config's failure
+
     os.chdir(config.root)  # entries open files relative to their project, as scripts do
     sys.argv = [str(config.path)]
     reuse = job.use_cache  # --no-cache skips the kept-.pte shortcut too
