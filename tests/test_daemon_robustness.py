@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from lowerd.daemon.client_slots import MAX_REQUESTS_PER_CLIENT
 from lowerd.daemon.runtime import (
     DaemonPaths,
     DaemonStatus,
@@ -279,6 +280,62 @@ def test_the_daemon_outlives_malformed_requests_and_builds(served: Path) -> None
     log = Path(after.log).read_text()
     assert TRACEBACK not in log, log
     assert log.count("refused a malformed request") >= len(MALFORMED), log
+
+
+def connected(root: Path) -> socket.socket:
+    status = daemon_of(root)
+    assert status is not None, f"no daemon serves {root}"
+    connection = socket.socket(socket.AF_UNIX)
+    connection.settimeout(RUN_DEADLINE)
+    connection.connect(status.socket)
+    return connection
+
+
+def final_frame(connection: socket.socket) -> dict[str, Any] | None:
+    with connection.makefile("rb") as replies:
+        while (frame := read_frame(replies)) is not None:
+            if frame.get("type") != "progress":
+                return frame
+    return None
+
+
+def test_build_requests_whose_config_is_a_fifo_are_refused_and_builds_go_on(
+    served: Path, cache: Path, tmp_path: Path
+) -> None:
+    """Eight requests naming a FIFO as their config each took a thread of the daemon for good
+    (the read waited for a writer), and a normal `lowerd build` then hung."""
+    fifo = tmp_path / "pyproject.toml"
+    os.mkfifo(fifo)
+    requests = [connected(served) for _ in range(8)]
+    for connection in requests:
+        connection.sendall(encode_frame({"op": "build", "config": str(fifo), "targets": []}))
+    run = lowerd(served, cache, "build", "--json")
+    assert run.returncode == 0, run.log
+    assert [t["status"] for t in json.loads(run.stdout)["targets"]] == ["ok"]
+    for connection in requests:
+        with connection:
+            final = final_frame(connection)
+        assert final is not None and final["outcome"] == "usage", final
+        assert final["message"] == f"{fifo}: cannot read: a FIFO, not a regular file", final
+
+
+def test_a_client_past_its_limit_of_requests_waits_for_its_own(served: Path) -> None:
+    """Connections that have not sent their request yet are in flight too: the next request of
+    the same process is answered once one of them ends."""
+    status = daemon_of(served)
+    assert status is not None
+    log = Path(status.log)
+    said = f"client pid {os.getpid()} has {MAX_REQUESTS_PER_CLIENT} requests in flight"
+    before = log.read_text().count(said)
+    idle = [connected(served) for _ in range(MAX_REQUESTS_PER_CLIENT)]
+    with connected(served) as waiting:
+        waiting.sendall(encode_frame({"op": "status"}))
+        wait_until(lambda: log.read_text().count(said) > before, what="the wait's log line")
+        idle.pop().close()
+        reply = final_frame(waiting)
+    assert reply is not None and reply["type"] == "status", reply
+    for connection in idle:
+        connection.close()
 
 
 def test_the_client_prints_a_refusal_and_exits_2(

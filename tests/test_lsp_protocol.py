@@ -28,7 +28,7 @@ from testkit.ports import free_port, open_when_listening
 
 T = TypeVar("T")
 
-INVALID_REQUEST, INVALID_PARAMS = -32600, -32602
+PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
 ONE_TIB = 1 << 40
 
 
@@ -179,6 +179,11 @@ async def test_requests_with_invalid_params_get_an_invalid_params_reply(wire: Wi
             "workspace/executeCommand",
             {"command": "lowerd.report", "arguments": 5},
         ),
+        # cattrs took a string for a sequence: "net" built targets n, e and t
+        "executeCommand arguments 'net'": (
+            "workspace/executeCommand",
+            {"command": "lowerd.build", "arguments": "net"},
+        ),
     }
     for number, (method, params) in enumerate(invalid.values()):
         wire.request(f"invalid-{number}", method, params)
@@ -211,6 +216,26 @@ async def test_after_shutdown_requests_are_refused_and_exit_ends_the_process(wir
     assert await wire.error_code("late") == INVALID_REQUEST  # LSP: InvalidRequest after shutdown
     wire.notify("exit", None)
     assert await wire.within(wire.server.wait()) == 0
+
+
+@e2e
+async def test_a_message_nested_too_deep_gets_a_parse_error_and_the_server_goes_on(
+    wire: Wire,
+) -> None:
+    """200,000 nested `[`: json.loads raises RecursionError (pygls' reader died of it, and with
+    it the server). A message that parses but nests deeper than cattrs or repr can follow is
+    answered too."""
+    wire.write(frame(b"[" * 200_000))
+    reply = await wire.reply(None)
+    assert reply["id"] is None and reply["error"]["code"] == PARSE_ERROR, reply  # `"id": null`
+    deep = {"id": 61, "method": "textDocument/hover", "params": {"textDocument": {"uri": 1}}}
+    deep["params"]["textDocument"]["uri"] = json.loads("[" * 900 + "]" * 900)
+    wire.request(61, deep["method"], deep["params"])
+    assert await wire.error_code(61) == INVALID_PARAMS
+    wire.write(frame(b'{"jsonrpc": "2.0", "id": 62, "method": "x", "params": ' + b"[" * 200_000))
+    assert await wire.error_code(None) == PARSE_ERROR
+    await wire.hover_works(63)
+    await wire.exits_cleanly()
 
 
 # Framing mistakes cost one message ---------------------------------------------------------------

@@ -353,6 +353,24 @@ async def test_inlay_hints_say_where_each_lines_ops_ran_and_follow_moved_lines(
     assert await hints() == {}
 
 
+async def test_inlay_hints_on_a_fifo_a_device_or_a_huge_file_are_none_and_answered(
+    editor: Editor, tmp_path: Path
+) -> None:
+    """A FIFO's URI blocked the whole server (the read waited for a writer); /dev/zero's read
+    until MemoryError. Only regular files under the cap are read."""
+    fifo, huge = tmp_path / "pipe.py", tmp_path / "huge.py"
+    os.mkfifo(fifo)
+    with huge.open("wb") as sparse:
+        sparse.truncate(64 * 1024 * 1024)
+    everything = types.Range(types.Position(0, 0), types.Position(10_000, 0))
+    for uri in (fifo.as_uri(), "file:///dev/zero", huge.as_uri()):
+        params = types.InlayHintParams(types.TextDocumentIdentifier(uri), everything)
+        found = await editor.answer(editor.client.text_document_inlay_hint_async(params))
+        assert not found, (uri, found)
+    report = await editor.execute_command("lowerd.report")
+    assert {t["name"] for t in report["targets"]} == set(TARGETS)
+
+
 async def test_code_actions_on_a_warning_and_the_stock_script_they_copy(
     editor: Editor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,6 +18,7 @@ from typing import Protocol
 from lsprotocol import types
 from pygls.uris import from_fs_path
 
+from lowerd.cache.regular_file import read_regular_file
 from lowerd.daemon.settings import Severity
 from lowerd.project.module_paths import collapse_module_paths
 from lowerd.project.report_model import Frame, MethodReport, NotDelegatedOp, RefusalGroup
@@ -60,8 +61,10 @@ _CACHE_WORDS: dict[str | None, str] = {
 
 
 def read_lines_from_disk(path: Path) -> Sequence[str]:
+    """The lines of a regular file under the cap; none for anything else (a FIFO named by an
+    editor's URI must not block the server, nor /dev/zero fill its memory)."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+        return read_regular_file(path).decode("utf-8", errors="replace").splitlines()
     except OSError:
         return []
 

@@ -40,11 +40,14 @@ from pygls.exceptions import (
     JsonRpcInternalError,
     JsonRpcInvalidParams,
     JsonRpcInvalidRequest,
+    JsonRpcParseError,
 )
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import JsonRPCNotification, JsonRPCRequestMessage, LanguageServerProtocol
 from pygls.protocol import default_converter as pygls_converter
+
+from lowerd.project.wire import is_sequence_type, sequence_decoder
 
 log = logging.getLogger(__name__)
 
@@ -191,10 +194,15 @@ class GuardedProtocol(LanguageServerProtocol):
         else:
             self._receive_notification(data)
 
-    def refuse(self, msg_id: MsgId, error: JsonRpcException) -> None:
-        """Answers request `msg_id` with `error`."""
+    def refuse(self, msg_id: MsgId | None, error: JsonRpcException) -> None:
+        """Answers request `msg_id` with `error` (None: a message whose id could not be read,
+        as JSON-RPC answers a parse error)."""
         log.warning("lowerd: refused request %r: %s", msg_id, error.message)
-        self._send_response(msg_id, error=error.to_response_error())
+        if msg_id is None:  # pygls' converter would drop the `"id": null` JSON-RPC requires
+            reply = {"code": error.code, "message": error.message}
+            self._send_data({"jsonrpc": self.VERSION, "id": None, "error": reply})
+        else:
+            self._send_response(msg_id, error=error.to_response_error())
 
     def _receive_request(self, msg_id: MsgId, data: dict[str, Any]) -> None:
         method = data.get("method")
@@ -270,6 +278,8 @@ def strict_converter() -> Converter:
     for declared, accepted in ((str, (str,)), (int, (int,)), (float, (int, float))):
         converter.register_structure_hook(declared, partial(_strict_scalar, accepted))
     converter.register_structure_hook(bool, partial(_strict_scalar, (bool,)))
+    # cattrs builds a sequence of any iterable: `arguments: "net"` became ("n", "e", "t")
+    converter.register_structure_hook_factory(is_sequence_type, sequence_decoder)
     return converter
 
 
@@ -306,6 +316,10 @@ async def serve_messages(
 def _dispatch(body: bytes, framer: MessageFramer, protocol: GuardedProtocol) -> None:
     try:
         data = json.loads(body)
+    except RecursionError:  # nested deeper than the parser follows: the message is lost whole
+        log.error("lowerd: a %d-byte message nests too deep to parse; dropped", len(body))
+        protocol.refuse(None, JsonRpcParseError("Parse error: the message nests too deep"))
+        return
     except ValueError:
         value, rest = leading_json(body)
         framer.unread(rest)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from lowerd.daemon.build_service import BuildService
+from lowerd.daemon.client_slots import ClientSlots
 from lowerd.daemon.compare_service import CompareService
 from lowerd.daemon.rpc_messages import (
     REQUESTS,
@@ -46,7 +47,7 @@ from lowerd.daemon.runtime import (
     DaemonStatus,
     InstanceLock,
     new_status,
-    peer_uid,
+    peer_credentials,
     remove_files,
     write_status,
 )
@@ -94,6 +95,7 @@ class RpcServer:
         self._lock: InstanceLock | None = None
         self._server: asyncio.AbstractServer | None = None
         self._clients: set[asyncio.Task[None]] = set()
+        self._slots = ClientSlots()
 
     async def start(self) -> bool:
         """Listen and publish the status file; False if another daemon serves this project.
@@ -148,11 +150,17 @@ class RpcServer:
             writer.close()
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        uid = peer_uid(writer.get_extra_info("socket"))
+        pid, uid = peer_credentials(writer.get_extra_info("socket"))
         if uid != os.geteuid():
             log.warning("refused a client of uid %d", uid)
             await _refuse(reader, writer, f"uid {uid} may not use this daemon")
             return
+        async with self._slots.slot(pid):
+            await self._answer_request(reader, writer)
+
+    async def _answer_request(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         try:
             frame = await read_frame_async(reader)
             if frame is None:

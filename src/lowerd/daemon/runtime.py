@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lowerd.cache.atomic import write_atomic
+from lowerd.cache.regular_file import file_kind
 from lowerd.project.build_state import tool_versions
 from lowerd.project.config import ProjectConfig
 from lowerd.project.version import LOWERD_VERSION
@@ -85,14 +86,7 @@ def _open_refusal(path: Path, error: OSError) -> str:
 
 
 def _not_a_file(path: Path, mode: int) -> str:
-    kinds = [
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-    ]
-    kind = next((name for is_kind, name in kinds if is_kind(mode)), "not a regular file")
-    return f"{path} is {kind}, not a file lowerd made there: refused, never followed"
+    return f"{path} is {file_kind(mode)}, not a file lowerd made there: refused, never followed"
 
 
 def runtime_dir() -> Path:
@@ -262,9 +256,14 @@ def process_alive(pid: int) -> bool:
 def peer_uid(sock: Any) -> int:  # a socket, or asyncio's TransportSocket around one
     """The uid of the process at the other end of a connected Unix socket, from the kernel: both
     ends check it, so neither serves nor trusts another user's process."""
+    return peer_credentials(sock)[1]
+
+
+def peer_credentials(sock: Any) -> tuple[int, int]:
+    """The pid and uid of the process at the other end of a connected Unix socket."""
     credentials = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
-    uid: int = _UCRED.unpack(credentials)[1]
-    return uid
+    pid, uid, _ = _UCRED.unpack(credentials)
+    return pid, uid
 
 
 class InstanceLock:

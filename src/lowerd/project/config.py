@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from lowerd.cache.regular_file import read_regular_file
 from lowerd.project.config_keys import Scope, key_names, keys_in
 from lowerd.project.config_reader import LOWERD, TARGETS, KeyReader, Table, describe, did_you_mean
 from lowerd.project.config_values import is_path
@@ -226,8 +227,9 @@ def _unknown_targets_error(config: ProjectConfig, names: Sequence[str]) -> Confi
 
 
 def _read_bytes(path: Path) -> bytes:
+    """A regular file's bytes, read without blocking (a client may name a FIFO or a device)."""
     try:
-        return path.read_bytes()
+        return read_regular_file(path)
     except FileNotFoundError:
         raise ConfigError("file not found", path) from None
     except OSError as e:

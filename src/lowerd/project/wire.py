@@ -310,11 +310,11 @@ def _checking(
     return checked
 
 
-def _is_sequence(annotation: Any) -> bool:
+def is_sequence_type(annotation: Any) -> bool:
     return get_origin(annotation) in (list, tuple, Sequence)
 
 
-def _sequence_decoder(annotation: Any, converter: Converter) -> Callable[[Any, Any], Any]:
+def sequence_decoder(annotation: Any, converter: Converter) -> Callable[[Any, Any], Any]:
     """cattrs' own, but only for a list: it would take any iterable (a map's keys, a string's
     characters) for one."""
     items = get_args(annotation)
@@ -350,7 +350,7 @@ def _make_converter() -> Converter:
     converter.register_structure_hook(bool, _scalar_hook((bool,)))
     configure_union_passthrough(int | float | str | bool | None, converter)
     converter.register_unstructure_hook_factory(_is_shape, _encoder)
-    converter.register_structure_hook_factory(_is_sequence, _sequence_decoder)
+    converter.register_structure_hook_factory(is_sequence_type, sequence_decoder)
     converter.register_structure_hook_factory(_is_shape, _decoder)
     return converter
 
