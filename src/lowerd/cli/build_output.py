@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,8 @@ class BuildAsk:
     jobs: int | None
     view: ReportView | None = None
     started: float = 0.0  # perf_counter() when asked: the report's total time counts from it
+    # Who takes the build's document instead of printing it (`lowerd oplist`, `lowerd check`).
+    answer: Callable[[dict[str, Any]], None] | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> BuildAsk:
@@ -42,6 +45,9 @@ class BuildAsk:
 
     def print_outcome(self, document: dict[str, Any]) -> None:
         """The build's JSON document or readable report, and its warnings."""
+        if self.answer is not None:
+            self.answer(document)
+            return
         seconds = time.perf_counter() - self.started
         print_outcome(document, self.as_json, seconds, self.view)
 

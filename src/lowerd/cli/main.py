@@ -53,6 +53,7 @@ def command_parser() -> argparse.ArgumentParser:
         _add_compare,
         _add_explain,
         _add_stock_script,
+        _add_oplist,
         _add_daemon,
         _add_cache,
         _add_serve,
@@ -187,6 +188,19 @@ def _add_stock_script(commands: Subcommands) -> None:
     script.set_defaults(run=_run_stock_script)
 
 
+def _add_oplist(commands: Subcommands) -> None:
+    """`lowerd oplist`: the selective-build op list the targets' programs need."""
+    oplist = commands.add_parser(
+        "oplist",
+        help="write the op list the targets' programs need, as ExecuTorch's selective build "
+        "reads it (selected_operators.yaml)",
+    )
+    oplist.add_argument("targets", nargs="*", metavar="TARGET", help="targets (default all)")
+    oplist.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    oplist.add_argument("-o", "--output", metavar="FILE", help="write it to FILE (default: stdout)")
+    oplist.set_defaults(run=_run_oplist)
+
+
 def _add_daemon(commands: Subcommands) -> None:
     """`lowerd daemon ACTION`."""
     daemon = commands.add_parser("daemon", help="start, stop or ask the project's build daemon")
@@ -298,6 +312,12 @@ def _run_stock_script(args: argparse.Namespace) -> int:
     [target] = select_targets(config, [args.target])
     print(stock_script(config, target), end="")
     return EXIT_OK
+
+
+def _run_oplist(args: argparse.Namespace) -> int:
+    from lowerd.cli.oplist_command import run_oplist
+
+    return run_oplist(args.config, args.targets, args.output)
 
 
 def _run_compare(args: argparse.Namespace) -> int:

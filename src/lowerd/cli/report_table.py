@@ -33,6 +33,10 @@ def format_report(document: dict[str, Any], seconds: float, view: ReportView | N
     summary = f"{built} target{'s' if built != 1 else ''} built"
     if failed:
         summary += f", {failed} failed"
+    if unloadable := sum(1 for t in results if (t.get("runtime") or {}).get("problems")):
+        summary += (
+            f", {unloadable} would not load on {'its' if unloadable == 1 else 'their'} runtime"
+        )
     lines.append(f"{summary} in {seconds:.1f} s")
     return "\n".join(lines) + "\n"
 
@@ -43,6 +47,7 @@ def _target_lines(target: dict[str, Any], view: ReportView) -> list[str]:
     lines = [f"{target['name']}: {target['output']}  ({_how_built(target)})"]
     if sizes := sizes_text(target):
         lines.append(f"  {sizes}")
+    lines.extend(_runtime_lines(target.get("runtime")))
     for name, method in target["methods"].items():
         lines.append(f"  {name}: {coverage_text(method)}")
         if view.modules:
@@ -54,6 +59,14 @@ def _target_lines(target: dict[str, Any], view: ReportView) -> list[str]:
             lines.extend(_group_lines(method))
     lines.append("")
     return lines
+
+
+def _runtime_lines(runtime: dict[str, Any] | None) -> list[str]:
+    """The load problems on the target's runtime, each at its line; nothing when it loads."""
+    if not runtime or not runtime["problems"]:
+        return []
+    lines = [f"  does not load on {runtime['runtime']}:"]
+    return lines + [f"    error: {_error_text(problem)}" for problem in runtime["problems"]]
 
 
 def _op_line(op: dict[str, Any]) -> str:

@@ -127,6 +127,11 @@ def result_diagnostics(
                 site, ops, report, root, target, label + note, severity, lines
             )
             _add(found, site, diagnostic)
+    for problem in result.runtime.problems if result.runtime else ():
+        site = site_of(problem, root) or entry  # a load problem: the runtime refuses the .pte
+        if site is not None:
+            error = ErrorInfo(problem.kind, problem.message)
+            _add(found, site, error_diagnostic(site, error, target, lines))
     return found
 
 

@@ -54,6 +54,7 @@ from lowerd.project.build_state import (
 )
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.errors import LowerdError
+from lowerd.project.loadability import RuntimeCheck
 from lowerd.project.rebuild_record import line_checksums, record_rebuild
 from lowerd.project.result import CacheSummary, ErrorInfo, SourceSite, TargetResult
 
@@ -100,6 +101,7 @@ class _Built:
     loaded: Loaded
     written: Written
     memo: Mapping[str, Mapping[str, int]]  # memoized stages besides blobs: {"qparams": counts}
+    runtime: RuntimeCheck  # the .pte's needs checked against its runtime
 
     def result(self, remote: RemoteReport | None) -> TargetResult:
         target, written = self.ctx.target, self.written
@@ -120,6 +122,7 @@ class _Built:
             options=target.shown_options(),
             quantize=target.quantize.scheme if target.quantize else None,
             sizes=written.sizes,
+            runtime=self.runtime,
         )
 
 
@@ -162,7 +165,8 @@ def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed:
             ctx.target, exported, previous_build(ctx.config, ctx.target, earlier, reuse)
         )
         written = _keep_or_lower(ctx, exported, route, decision)
-        built = _Built(ctx, loaded, written, _memo(qparams, intx))
+        runtime = _check_runtime(ctx, loaded, written)
+        built = _Built(ctx, loaded, written, _memo(qparams, intx), runtime)
         _record(ctx, recorder, exported, decision, built, earlier)
         return built
     except LowerdError as error:
@@ -184,6 +188,16 @@ def _keep_or_lower(
     for stage in AFTER_EMIT:
         emitted = stage(ctx, emitted)
     return write(ctx, emitted)
+
+
+def _check_runtime(ctx: BuildContext, loaded: Loaded, written: Written) -> RuntimeCheck:
+    """The written .pte's needs against the target's runtime (lowering/loadability.py)."""
+    from lowerd.lowering.loadability import check_runtime, needs_of_file
+
+    needs = written.needs or needs_of_file(Path(written.output))
+    entry = loaded.entry_site
+    site = (entry.file, entry.line) if entry is not None else (None, None)
+    return check_runtime(ctx.config, ctx.target, needs, dict(written.methods), site)
 
 
 def _report_provisionally(ctx: BuildContext, decision: Reuse) -> None:

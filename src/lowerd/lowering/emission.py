@@ -32,6 +32,8 @@ def emit(ctx: BuildContext, lowered: Lowered) -> Emitted:
     except Exception as error:
         raise ctx.blame(LoweringError, error, "ExecuTorch emission failed") from error
     sizes, reports = _sized(manager, len(buffer), lowered.reports)
+    from lowerd.lowering.loadability import program_needs
+
     return Emitted(
         manager=manager,
         buffer=buffer,
@@ -40,6 +42,7 @@ def emit(ctx: BuildContext, lowered: Lowered) -> Emitted:
         reports=reports,
         cache=lowered.cache,
         partitions=lowered.partitions,
+        needs=program_needs(manager.executorch_program, buffer),
     )
 
 

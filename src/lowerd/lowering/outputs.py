@@ -42,6 +42,7 @@ def write(ctx: BuildContext, emitted: Emitted) -> Written:
         cache=emitted.cache,
         partitions=emitted.partitions,
         seconds=ctx.seconds(),
+        needs=emitted.needs,
     )
 
 
@@ -62,4 +63,5 @@ def keep(ctx: BuildContext, state: TargetState, reports: Mapping[str, MethodRepo
         partitions=tuple(kept_partitions(dict(reports), earlier)),
         seconds=ctx.seconds(),
         reused="same-program",
+        needs=recorded.runtime.needs if recorded.runtime else None,  # the same .pte
     )

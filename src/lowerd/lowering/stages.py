@@ -48,6 +48,7 @@ from lowerd.cache.store import BlobStore
 from lowerd.lowering.blame import Blame
 from lowerd.lowering.entry import LoadedEntry
 from lowerd.project.config import ProjectConfig, TargetConfig
+from lowerd.project.loadability import ProgramNeeds
 from lowerd.project.method import Method
 from lowerd.project.rebuild_record import PartitionFacts
 from lowerd.project.report_model import MethodReport
@@ -169,6 +170,7 @@ class Emitted:
     reports: Mapping[str, MethodReport]
     cache: CacheSummary
     partitions: tuple[PartitionFacts, ...]
+    needs: ProgramNeeds  # the kernels and backends a runtime must register to load it
 
 
 # A stage after emission (see the module's docstring).
@@ -189,3 +191,4 @@ class Written:
     partitions: tuple[PartitionFacts, ...]
     seconds: float  # since the build started, as the result reports it
     reused: str | None = None  # "same-program" for the last build's .pte, kept
+    needs: ProgramNeeds | None = None  # None: a kept .pte whose record predates them

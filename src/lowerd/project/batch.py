@@ -73,7 +73,8 @@ class Batch:
             discard_failed_output(self.config, result)
         warnings = cache_warnings(self.config, self.use_cache, results)
         document = encode(BuildDocument(str(self.config.path), results, warnings))
-        failed = any(not result.ok for result in results)
+        # A .pte its runtime would refuse is written, and still a failure of the build.
+        failed = any(not result.ok or not result.loads for result in results)
         return document, "target_failed" if failed else "ok"
 
 

@@ -324,8 +324,22 @@ def target_inputs(config: ProjectConfig, target: TargetConfig) -> dict[str, str]
         "quantize": "quantize="
         + json.dumps(target.quantize.to_json() if target.quantize else None),
         "root": str(config.root),
+        # A declared runtime and its op list's bytes (absent when none is declared, so that the
+        # records made before it keep their digests).
+        **_runtime_input(config, target),
         **{pinned.partition("==")[0]: pinned for pinned in tool_versions()},
     }
+
+
+def _runtime_input(config: ProjectConfig, target: TargetConfig) -> dict[str, str]:
+    runtime = target.runtime
+    if not runtime.declared:
+        return {}
+    declared = runtime.to_json()
+    if runtime.ops is not None:
+        ops = config.root / Path(runtime.ops.value).expanduser()
+        declared["ops_sha256"] = file_digest(ops) if ops.is_file() else "missing"
+    return {"runtime": "runtime=" + json.dumps(declared, sort_keys=True)}
 
 
 @cache

@@ -36,6 +36,7 @@ from lowerd.project.lowering_options import (
 )
 from lowerd.project.quantize_options import QuantizeConfig
 from lowerd.project.recipes import RecipeConfig, recipe_clears
+from lowerd.project.runtime_options import RuntimeConfig
 from lowerd.project.team_config import Executor, RemoteCacheConfig
 from lowerd.project.toml_lines import KeyPath
 
@@ -76,6 +77,8 @@ class TargetConfig:
     sym_shape_eval: str | None  # "hint" or "constraint"; None: ExecuTorch's default
     # One of ExecuTorch's export recipes: the target's whole lowering (project/recipes.py).
     recipe: RecipeConfig | None = field(default=None, hash=False)
+    # The runtime the .pte must load on (project/runtime_options.py); default: this host's.
+    runtime: RuntimeConfig = RuntimeConfig()
 
     @property
     def external_constants(self) -> bool:
@@ -151,6 +154,7 @@ class ProjectConfig:
     export: ExportConfig
     memory_planning: Options = field(hash=False)
     sym_shape_eval: str | None
+    runtime: RuntimeConfig = RuntimeConfig()
 
     def with_backends(self, backends: tuple[str, ...] | None) -> ProjectConfig:
         """Every target lowered with `backends` instead (an editor's override); None: as written."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from lowerd.project import config_values as values
-from lowerd.project import export_options, quantize_options, recipes
+from lowerd.project import export_options, quantize_options, recipes, runtime_options
 from lowerd.project import lowering_options as options
 from lowerd.project.compile_configs import SYM_SHAPE_EVAL_PASSES
 from lowerd.project.config_reader import Read
@@ -420,6 +420,24 @@ KEYS: tuple[Key, ...] = (
         "for them do not reach it.",
         recipes.recipe,
         shown_default="none",
+    ),
+    Key(
+        "runtime",
+        Scope.BOTH,
+        "table: `ops` (a file: a selective-build op list), `backends` (an array of backend ids, "
+        'like `"XnnpackBackend"`)',
+        "The runtime the .pte must load on. Without it, this host's: the kernels and backends "
+        "ExecuTorch's Python runtime registers. `ops` names the op list of a device runtime's "
+        "selective build (the `selected_operators.yaml` ExecuTorch's `gen_oplist` writes, which "
+        "`lowerd oplist` writes too, or a `functions.yaml`-style list of `- op:` entries), read "
+        "with torchgen's own parser; `backends` the backend ids it registers. Every kernel the "
+        "program needs that the runtime lacks is an error at the op's line, every delegate whose "
+        "backend it does not register too; `lowerd build` then exits 1. The op list's file is an "
+        "input of the build. A target's keys are laid over the project's, key by key.",
+        runtime_options.runtime_settings,
+        default={},
+        shown_default="this host's runtime",
+        lay=runtime_options.lay_runtime,
     ),
     Key(
         "targets",

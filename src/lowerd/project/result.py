@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from lowerd.cache.remote import RemoteCounts, RemoteReport
+from lowerd.project.loadability import RuntimeCheck
 from lowerd.project.report_model import MethodReport, coverage_percent
 from lowerd.project.verification import Verification
 from lowerd.project.wire import wire_field, wire_shape
@@ -174,6 +175,10 @@ class TargetResult:
     sizes: ProgramSizes | None = None
     # The .pte run on this host's ExecuTorch runtime against eager (`verify`), when asked.
     verification: Verification | None = field(default=None, metadata=_ONLY_GIVEN)
+    # The program's needs checked against its runtime (this host's, or [runtime]'s): a kernel
+    # or backend it lacks is a load problem at the op's line. None for a failed build and in
+    # older records (and then not written).
+    runtime: RuntimeCheck | None = field(default=None, metadata=_ONLY_GIVEN)
 
     # Named constructors ----------------------------------------------------------------------
 
@@ -226,6 +231,11 @@ class TargetResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def loads(self) -> bool:
+        """Not known not to load on its runtime (a build that made no check loads)."""
+        return self.runtime is None or self.runtime.loads
 
     @property
     def coverage(self) -> TargetCoverage:
