@@ -49,6 +49,7 @@ def command_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (
         _add_build,
+        _add_verify,
         _add_report,
         _add_compare,
         _add_explain,
@@ -114,6 +115,32 @@ def _add_build(commands: Subcommands) -> None:
         "ray.init() finds, else a local instance)",
     )
     build.set_defaults(run=_run_build)
+
+
+def _add_verify(commands: Subcommands) -> None:
+    """`lowerd verify`: build, then run each .pte on this host's runtime against eager."""
+    verify = commands.add_parser(
+        "verify",
+        help="build targets, run each .pte on this host's ExecuTorch runtime and compare every "
+        "method's outputs with eager; exit 1 if one is off",
+    )
+    verify.add_argument("targets", nargs="*", metavar="TARGET", help="targets (default all)")
+    verify.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    verify.add_argument(
+        "--json", action="store_true", help="print the results as one JSON document"
+    )
+    verify.add_argument(
+        "--bench",
+        action="store_true",
+        help="measure the host latency again, even of a program verified before",
+    )
+    verify.set_defaults(run=_run_verify)
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    from lowerd.cli.verify_command import run_verify
+
+    return run_verify(args)
 
 
 def _add_report(commands: Subcommands) -> None:

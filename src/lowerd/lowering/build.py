@@ -41,6 +41,8 @@ from lowerd.lowering.stages import (
     Progress,
     Written,
 )
+from lowerd.lowering.verify import verify_emitted, verify_kept
+from lowerd.lowering.verify_reference import eager_reference
 from lowerd.project.build_state import (
     FileStamp,
     TargetState,
@@ -66,7 +68,7 @@ __all__ = ["Partitioned", "Progress", "build_target"]
 
 # The stages run between emission and writing, in order (lowering/stages.py EmittedStage): where
 # a check of the emitted program, or a recipe's rewrite of it, plugs in.
-AFTER_EMIT: tuple[EmittedStage, ...] = ()
+AFTER_EMIT: tuple[EmittedStage, ...] = (verify_emitted,)
 
 # File systems stamp mtimes with a coarse clock (a few ms behind time.time_ns()): a file saved
 # just after a build started can carry an mtime just before it.
@@ -80,12 +82,15 @@ def build_target(
     progress: Progress | None = None,
     reuse: bool = True,
     on_partitioned: Partitioned | None = None,
+    bench: bool = False,
 ) -> TargetResult:
     """Build one target; a failure is returned as an error result, never raised.
 
     With `reuse`, a target whose methods export to the programs of its last build keeps its .pte.
+    With `bench`, a verifying target's latency is measured again.
     """
     ctx = BuildContext.start(config, target, store, progress or _quiet, on_partitioned)
+    ctx = replace(ctx, bench=bench)
     outcome = _run(ctx, reuse)
     # The remote tier's part in the build, once its uploads are done (the build record, saved
     # before, keeps the result without it: the part is this run's, not the .pte's).
@@ -123,6 +128,7 @@ class _Built:
             quantize=target.quantize.scheme if target.quantize else None,
             sizes=written.sizes,
             runtime=self.runtime,
+            verification=written.verification,
         )
 
 
@@ -158,6 +164,8 @@ def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed:
             with qparams.installed(), intx.installed():
                 loaded = load(ctx)
                 ctx = with_recipe(ctx.at_entry(loaded.entry))  # a recipe target's recipe
+                # The eager outputs to verify against: the float model's, before quantize.
+                ctx = replace(ctx, reference=eager_reference(ctx, loaded))
                 loaded = quantize(ctx, loaded)
             route = choose_route(ctx)
             exported = export(ctx, loaded)
@@ -182,7 +190,9 @@ def _keep_or_lower(
     ctx: BuildContext, exported: Exported, route: LoweringRoute, decision: Reuse
 ) -> Written:
     if decision.kept is not None:
-        return keep(ctx, decision.kept, decision.reports)
+        kept = keep(ctx, decision.kept, decision.reports)
+        files = [(f.path, f.kind) for f in kept.data_files]
+        return replace(kept, verification=verify_kept(ctx, kept.output, files))
     _report_provisionally(ctx, decision)
     emitted = emit(ctx, lower(ctx, exported, route))
     for stage in AFTER_EMIT:

@@ -44,11 +44,13 @@ def calibration_samples(
     target: TargetConfig,
     calibration: Located[str] | None,
     methods: list[str],
+    role: str = "calibration",
 ) -> dict[str, Samples]:
-    """Each method's calibration tuples, from the calibration function (called once) if any."""
+    """Each method's calibration tuples, from the calibration function (called once) if any;
+    `role` names the key that gave it in errors (verify_inputs reads the same way)."""
     if calibration is None:
         return {}
-    function = find_function(config, target, calibration, "calibration")
+    function = find_function(config, target, calibration, role)
     file, line = definition_site(function)
     if file is None:
         file, line = str(config.path), calibration.line
@@ -59,11 +61,11 @@ def calibration_samples(
         if source is not None:
             file, line = source.file, source.line
         raise EntryError(
-            f"calibration {calibration.value} raised: {type(error).__name__}: {error}",
+            f"{role} {calibration.value} raised: {type(error).__name__}: {error}",
             file,
             line,
         ) from error
-    what = f"calibration {calibration.value}"
+    what = f"{role} {calibration.value}"
     if isinstance(returned, dict):
         unknown = [name for name in returned if name not in methods]
         if unknown:

@@ -54,6 +54,7 @@ from lowerd.project.rebuild_record import PartitionFacts
 from lowerd.project.report_model import MethodReport
 from lowerd.project.result import CacheSummary, DataFile, ProgramSizes, SourceSite
 from lowerd.project.source_map import UserFiles
+from lowerd.project.verification import Verification
 
 if TYPE_CHECKING:
     from lowerd.lowering.program_fingerprint import ProgramFingerprint
@@ -65,7 +66,15 @@ Progress = Callable[[str, str, str | None], None]
 Partitioned = Callable[[str, MethodReport], None]
 # "source_transform": a recipe's torchao quantize_ of the eager model (lowering/recipe.py).
 Stage = Literal[
-    "load", "source_transform", "quantize", "export", "partition", "preprocess", "emit", "write"
+    "load",
+    "source_transform",
+    "quantize",
+    "export",
+    "partition",
+    "preprocess",
+    "emit",
+    "verify",
+    "write",
 ]
 
 
@@ -85,6 +94,10 @@ class BuildContext:
     # ExecuTorch's ExportRecipe of a recipe target, made once the entry is loaded (with_recipe):
     # every stage configured by it (lowering/recipe.py). None for any other target.
     recipe: Any = None
+    # What a verifying target's .pte must reproduce (lowering/verify_reference.py Reference),
+    # taken once the entry is loaded; None when the target does not verify.
+    reference: Any = None
+    bench: bool = False  # measure the latency again, not take a verification's (`--bench`)
 
     @classmethod
     def start(
@@ -171,6 +184,7 @@ class Emitted:
     cache: CacheSummary
     partitions: tuple[PartitionFacts, ...]
     needs: ProgramNeeds  # the kernels and backends a runtime must register to load it
+    verification: Verification | None = None  # the verify stage's (lowering/verify.py)
 
 
 # A stage after emission (see the module's docstring).
@@ -192,3 +206,4 @@ class Written:
     seconds: float  # since the build started, as the result reports it
     reused: str | None = None  # "same-program" for the last build's .pte, kept
     needs: ProgramNeeds | None = None  # None: a kept .pte whose record predates them
+    verification: Verification | None = None

@@ -25,6 +25,7 @@ from lowerd.project.backends import backend_by_details_class
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.rebuild_record import INPUTS_CHANGED, RebuildRecord
 from lowerd.project.result import TargetResult
+from lowerd.project.verification import VerifySettings
 from lowerd.project.wire import WireError, decode, encode
 
 # The build record's format. Bump it when a record this lowerd writes would be misread by the
@@ -328,6 +329,8 @@ def target_inputs(config: ProjectConfig, target: TargetConfig) -> dict[str, str]
         # records made before it keep their digests).
         **_runtime_input(config, target),
         **{pinned.partition("==")[0]: pinned for pinned in tool_versions()},
+        # Only when on: a record made before verification existed keeps its digest.
+        **({"verify": VerifySettings.of(target).digest_part()} if target.verify else {}),
     }
 
 

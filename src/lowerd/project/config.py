@@ -79,6 +79,13 @@ class TargetConfig:
     recipe: RecipeConfig | None = field(default=None, hash=False)
     # The runtime the .pte must load on (project/runtime_options.py); default: this host's.
     runtime: RuntimeConfig = RuntimeConfig()
+    # Run the .pte on the host runtime after the build (project/verification.py VerifySettings).
+    verify: bool = False
+    verify_inputs: Located[str] | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    verify_runs: int = 10
+    verify_warmup: int = 2
 
     @property
     def external_constants(self) -> bool:
@@ -155,6 +162,20 @@ class ProjectConfig:
     memory_planning: Options = field(hash=False)
     sym_shape_eval: str | None
     runtime: RuntimeConfig = RuntimeConfig()
+    verify: bool = False
+    atol: float | None = None
+    rtol: float | None = None
+    verify_runs: int = 10
+    verify_warmup: int = 2
+
+    def with_verify(self, names: Sequence[str]) -> ProjectConfig:
+        """The named targets verified after their build, whatever the file says (`lowerd
+        verify`); no names: every target."""
+        targets = {
+            name: replace(t, verify=True) if not names or name in names else t
+            for name, t in self.targets.items()
+        }
+        return replace(self, targets=targets)
 
     def with_backends(self, backends: tuple[str, ...] | None) -> ProjectConfig:
         """Every target lowered with `backends` instead (an editor's override); None: as written."""

@@ -401,6 +401,68 @@ KEYS: tuple[Key, ...] = (
         located=True,
     ),
     Key(
+        "verify",
+        Scope.BOTH,
+        "boolean",
+        "Run the written .pte (with its .ptd) on this host's ExecuTorch runtime after each "
+        "build: every method on the entry's example inputs and on `verify_inputs`, each output "
+        "compared with the eager module's (a quantized target's with its float model's), the "
+        "first diverging op found when one is off, and each method's host latency "
+        "([verify.md](verify.md)). `lowerd build` and the editor show it; `lowerd verify` "
+        "verifies whatever this says. Turning it on lowers the target afresh.",
+        values.flag,
+        default=False,
+    ),
+    Key(
+        "verify_inputs",
+        Scope.TARGET,
+        _REFERENCE,
+        "A function of no arguments returning more input tuples to verify with: a list of "
+        "tuples (every method) or `{method: [tuples]}`, as `quantize`'s `calibration` does: "
+        "real samples, the min and max of each dynamic dimension. Its file is an input of the "
+        "build.",
+        values.reference,
+        shown_default="none: the example inputs only",
+        located=True,
+    ),
+    Key(
+        "atol",
+        Scope.BOTH,
+        "number >= 0",
+        "The absolute tolerance of a verified output: it passes when every element has "
+        "`|runtime - eager| <= atol + rtol * |eager|` (torch.allclose's rule).",
+        values.tolerance,
+        shown_default="by dtype: 1e-4 for float32, 1e-2 for float16 and bfloat16, 0 for "
+        "integers; 0.1 for a quantized target (against its float model)",
+    ),
+    Key(
+        "rtol",
+        Scope.BOTH,
+        "number >= 0",
+        "The relative tolerance of a verified output (see `atol`).",
+        values.tolerance,
+        shown_default="by dtype: 1e-3 for float32, 1e-2 for float16 and bfloat16, 0 for "
+        "integers; 0.1 for a quantized target",
+    ),
+    Key(
+        "verify_runs",
+        Scope.BOTH,
+        "whole number >= 0",
+        "How many warm runs of each method on its example inputs time its host latency (median "
+        "and p90, split by delegate partition and CPU op); 0 measures none. Measured once per "
+        "program: `lowerd verify --bench` measures again.",
+        values.count,
+        default=10,
+    ),
+    Key(
+        "verify_warmup",
+        Scope.BOTH,
+        "whole number >= 0",
+        "Untimed runs of each method before its timed ones.",
+        values.count,
+        default=2,
+    ),
+    Key(
         "recipe",
         Scope.TARGET,
         "string, a recipe name, or a table: `name`, the recipe's keyword arguments, `calibration` "

@@ -71,6 +71,21 @@ def seconds(reader: KeyReader, value: object, key: KeyPath) -> float:
     )
 
 
+def tolerance(reader: KeyReader, value: object, key: KeyPath) -> float:
+    """atol and rtol: a number, zero or more."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if math.isfinite(value) and value >= 0:
+            return float(value)
+    raise reader.error(f"{key_name(key)} must be a number >= 0, got {describe(value)}", key)
+
+
+def count(reader: KeyReader, value: object, key: KeyPath) -> int:
+    """A number of runs: a whole number, zero or more."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise reader.error(f"{key_name(key)} must be a whole number >= 0, got {describe(value)}", key)
+
+
 def whole_seconds(reader: KeyReader, value: object, key: KeyPath) -> int:
     if not positive_int(value):
         raise reader.error(

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from lowerd.project.wire import wire_field, wire_shape
+
+if TYPE_CHECKING:
+    from lowerd.project.config import TargetConfig
 
 # "pass": every output of every input within tolerance; "fail": one is not; "error": the
 # runtime could not load or run the program (or crashed): `error` says why.
@@ -24,6 +27,34 @@ Verdict = Literal["pass", "fail", "error"]
 
 _ONLY_GIVEN = wire_field(omit_none=True)
 _MS = wire_field(digits=4)
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    """What a target's verification is asked (its keys, config_keys.py), and `bench`: measure
+    the latency again rather than take a verification of the same program's (`--bench`)."""
+
+    inputs: str | None
+    atol: float | None
+    rtol: float | None
+    runs: int
+    warmup: int
+    bench: bool = False
+
+    @classmethod
+    def of(cls, target: TargetConfig, bench: bool = False) -> VerifySettings:
+        inputs = target.verify_inputs.value if target.verify_inputs else None
+        return cls(
+            inputs, target.atol, target.rtol, target.verify_runs, target.verify_warmup, bench
+        )
+
+    def digest_part(self) -> str:
+        """The settings as the build record's inputs and the verification memo key them (the
+        inputs function by name: its file is a source of the build)."""
+        return (
+            f"verify=inputs:{self.inputs},atol:{self.atol},rtol:{self.rtol},"
+            f"runs:{self.runs},warmup:{self.warmup}"
+        )
 
 
 @dataclass(frozen=True)
@@ -120,15 +151,17 @@ class Latency:
     host: str
     parts: tuple[PartLatency, ...] = ()
 
-    def summary(self, method: str) -> str:
-        """ "forward 1.8 ms here · XNNPACK #1 1.2 ms · CPU 0.5 ms": the lens and hover line."""
+    def summary(self, method: str, most: int = 3) -> str:
+        """ "forward 1.8 ms here · XNNPACK #1 1.2 ms · CPU 0.5 ms": the lens and hover line, the
+        `most` slowest partitions named, the CPU ops summed."""
         shares = [f"{method} {_ms(self.median_ms)} here"]
-        for part in self.parts:
-            if part.kind == "delegate":
-                shares.append(f"{part.name} {_ms(part.median_ms)}")
-        cpu = sum(part.median_ms * part.calls for part in self.parts if part.kind == "cpu")
-        if any(part.kind == "cpu" for part in self.parts):
-            shares.append(f"CPU {_ms(cpu)}")
+        delegates = [part for part in self.parts if part.kind == "delegate"]
+        shares.extend(f"{part.name} {_ms(part.median_ms)}" for part in delegates[:most])
+        if len(delegates) > most:
+            shares.append(f"{len(delegates) - most} more partitions")
+        cpu = [part for part in self.parts if part.kind == "cpu"]
+        if cpu:
+            shares.append(f"CPU {_ms(sum(part.median_ms * part.calls for part in cpu))}")
         return " · ".join(shares)
 
 
@@ -209,4 +242,4 @@ def verdict_of(verdicts: Iterable[Verdict]) -> Verdict:
 
 
 def _ms(value: float) -> str:
-    return f"{value:.2f} ms" if value < 10 else f"{value:.1f} ms"
+    return f"{value:.3g} ms" if value < 100 else f"{value:.0f} ms"

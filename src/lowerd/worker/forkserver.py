@@ -382,6 +382,8 @@ def _build(job: WorkerJob, events: BinaryIO) -> None:
 
     try:
         config = load_config(Path(job.config)).with_backends(job.backends)
+        if job.verify:  # `lowerd verify`: this target verifies, whatever the file says
+            config = config.with_verify([job.target])
         if job.out_dir:
             config = replace(config, out_dir=Path(job.out_dir))
         target = config.targets[job.target]
@@ -395,7 +397,9 @@ def _build(job: WorkerJob, events: BinaryIO) -> None:
     sys.argv = [str(config.path)]
     reuse = job.use_cache  # --no-cache skips the kept-.pte shortcut too
     modules_before = set(sys.modules)
-    result = build_target(config, target, store, progress, reuse=reuse, on_partitioned=partitioned)
+    result = build_target(
+        config, target, store, progress, reuse, on_partitioned=partitioned, bench=bool(job.bench)
+    )
     if job.warm_libraries and config.warm_libraries:  # for the server's next forks
         send(LibrariesEvent(tuple(imported_libraries(modules_before, config.root))))
     # Before the result, so the supervisor has it when the build ends: the daemon decides by

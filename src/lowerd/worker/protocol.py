@@ -20,12 +20,12 @@ Nothing here imports asyncio or torch: the CLI client reads these frames.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from lowerd.project.report_model import MethodReport
 from lowerd.project.result import TargetResult
-from lowerd.project.wire import WireError, decode_tagged, wire_shape
+from lowerd.project.wire import WireError, decode_tagged, wire_field, wire_shape
 
 Frame = dict[str, Any]
 T = TypeVar("T")
@@ -64,6 +64,11 @@ class WorkerJob:
     # private folder (project/compare.py), a Ray task's own (cli/ray_task.py).
     out_dir: str | None = None
     warm_libraries: bool = False  # report the libraries it imported (for the fork server)
+    # `lowerd verify`: True, the target verifies after its build whatever its config says;
+    # `bench` True: its latency measured again, not taken from the same program's verification.
+    # None (left out of the frame): as the config says.
+    verify: bool | None = field(default=None, metadata=wire_field(omit_none=True))
+    bench: bool | None = field(default=None, metadata=wire_field(omit_none=True))
     id: int = 0  # the pool's number for the build, on the fork server's channel
 
     def __post_init__(self) -> None:

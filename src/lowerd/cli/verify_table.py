@@ -1,0 +1,96 @@
+"""What `lowerd verify` prints: per target its verdict, per method and input the error against
+eager, and the host latency split by delegate partition and CPU op."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from lowerd.project.result import TargetResult
+from lowerd.project.verification import MethodVerification, Verification
+from lowerd.project.wire import decode
+
+
+def format_verification(document: dict[str, Any]) -> str:
+    lines: list[str] = []
+    for raw in document.get("targets", []):
+        result = decode(TargetResult, raw)
+        lines.extend(target_lines(result))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def target_lines(result: TargetResult) -> list[str]:
+    if not result.ok:
+        error = result.error
+        where = f" ({error.file}:{error.line})" if error and error.file else ""
+        return [f"{result.name}: build failed: {error.message if error else '?'}{where}"]
+    verification = result.verification
+    if verification is None:
+        return [f"{result.name}: not verified"]
+    return [_heading(result.name, verification), *_rows(verification)]
+
+
+def _heading(name: str, verification: Verification) -> str:
+    reused = ", same program as verified before" if verification.reused else ""
+    heading = f"{name}: {verification.verdict.upper()}  ({verification.runtime}, "
+    heading += f"against {verification.reference}{reused})"
+    if verification.error:
+        heading += f"\n  {verification.error}"
+    return heading
+
+
+def _rows(verification: Verification) -> list[str]:
+    table: list[tuple[str, ...]] = [
+        ("method", "input", "verdict", "max abs", "max rel", "tolerance (atol/rtol)")
+    ]
+    for name, method in verification.methods.items():
+        table.extend(_method_rows(name, method))
+    lines = _aligned(table)
+    for name, method in verification.methods.items():
+        if method.divergence is not None:
+            divergence = method.divergence
+            where = f" at {divergence.file}:{divergence.line}" if divergence.file else ""
+            lines.append(f"  {name}: {divergence.message()}{where}")
+        if method.latency is not None:
+            latency = method.latency
+            lines.append(
+                f"  {name}: {latency.median_ms:.3g} ms median, {latency.p90_ms:.3g} ms p90 of "
+                f"{latency.runs} runs on {latency.host}"
+            )
+            lines.extend(f"    {line}" for line in _parts(method))
+    return lines
+
+
+def _method_rows(name: str, method: MethodVerification) -> list[tuple[str, ...]]:
+    tolerance = method.tolerance
+    shown = f"{tolerance.atol:g}/{tolerance.rtol:g} {tolerance.why}"
+    rows: list[tuple[str, ...]] = []
+    for check in method.inputs:
+        if check.error:
+            rows.append((name, check.label, "ERROR", "", "", check.error.splitlines()[0]))
+            continue
+        most = max(check.outputs, key=lambda output: output.max_abs, default=None)
+        verdict = "pass" if check.passed else "FAIL"
+        errors = (f"{most.max_abs:.3g}", f"{most.max_rel:.3g}") if most else ("", "")
+        rows.append((name, check.label, verdict, *errors, shown))
+    if method.error:
+        rows.append((name, "", "ERROR", "", "", method.error))
+    return rows
+
+
+def _parts(method: MethodVerification) -> Iterable[str]:
+    latency = method.latency
+    if latency is None:
+        return []
+    return [
+        f"{part.name:<16} {part.kind:<8} {part.median_ms:.3g} ms"
+        + (f" ({part.calls} calls)" if part.calls > 1 else "")
+        for part in latency.parts
+    ]
+
+
+def _aligned(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows]  # fmt: skip

@@ -1,0 +1,154 @@
+"""The verification stage: the emitted .pte run on this host's ExecuTorch runtime against eager.
+
+An EmittedStage (lowering/stages.py), run between emit and write when the target verifies, and
+the same check of a kept .pte (a build that kept the last program checks it too: its inputs or
+tolerance may be new). The runtime runs in a child of the build worker (runtime_run.py); what it
+gives is compared with the reference the build took when the entry loaded (verify_reference.py).
+
+A verification is memoized in the content-addressed cache by the .pte's and .ptd's sha256, the
+inputs' and eager outputs' digest, the runtime's version and the settings: an unchanged program
+is never run again, and its latency is measured again only when asked (`lowerd verify --bench`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from lowerd.lowering.runtime_run import RunRequest, RuntimeRun, run_on_runtime
+from lowerd.lowering.stages import BuildContext, Emitted
+from lowerd.lowering.verify_compare import check_case, tolerance_for
+from lowerd.lowering.verify_reference import Reference
+from lowerd.project.build_state import tool_versions
+from lowerd.project.verification import (
+    Latency,
+    MethodVerification,
+    Verification,
+    VerifySettings,
+    verdict_of,
+)
+from lowerd.project.wire import WireError, decode, encode
+
+MEMO_KIND = "verify"
+
+
+def verify_emitted(ctx: BuildContext, emitted: Emitted) -> Emitted:
+    """The stage: the emitted program's verification, when the target verifies."""
+    if ctx.reference is None:
+        return emitted
+    ptd = next((f.data for f in emitted.data_files if f.kind == "ptd"), None)
+    return replace(emitted, verification=verify_program(ctx, emitted.buffer, ptd))
+
+
+def verify_kept(
+    ctx: BuildContext, output: str, data_files: list[tuple[str, str]]
+) -> Verification | None:
+    """The kept .pte's verification (its bytes read back from the disk), when asked."""
+    if ctx.reference is None:
+        return None
+    ptd = next((Path(path).read_bytes() for path, kind in data_files if kind == "ptd"), None)
+    return verify_program(ctx, Path(output).read_bytes(), ptd)
+
+
+def verify_program(ctx: BuildContext, pte: bytes, ptd: bytes | None) -> Verification:
+    reference = ctx.reference
+    assert reference is not None
+    ctx.stage("verify")
+    started = time.perf_counter()
+    settings = VerifySettings.of(ctx.target, ctx.bench)
+    key = _memo_key(pte, ptd, reference, settings)
+    if not settings.bench and ctx.store is not None:
+        remembered = _remembered(ctx, key)
+        if remembered is not None:
+            return replace(remembered, reused=True, seconds=time.perf_counter() - started)
+    inputs = {name: [case.inputs for case in cases] for name, cases in reference.cases.items()}
+    run = run_on_runtime(RunRequest(pte, ptd, inputs, settings.warmup, settings.runs))
+    verification = _verification(reference, settings, run, time.perf_counter() - started)
+    if ctx.store is not None and verification.verdict != "error":  # a crash may be this host's
+        ctx.store.put(key, _packed(verification), MEMO_KIND)
+    return verification
+
+
+def _verification(
+    reference: Reference, settings: VerifySettings, run: RuntimeRun, seconds: float
+) -> Verification:
+    against = "the float model" if reference.quantized else "eager"
+    if run.error is not None:
+        return Verification.failed(runtime_name(), against, run.error, seconds)
+    methods = {}
+    for name, cases in reference.cases.items():
+        expected = cases[0].expected if cases else ()
+        tolerance = tolerance_for(expected, reference.quantized, settings.atol, settings.rtol)
+        checks = tuple(
+            check_case(case, result, tolerance)
+            for case, result in zip(cases, run.cases.get(name, ()), strict=False)
+        )
+        verdict = verdict_of(
+            "error" if check.error else "pass" if check.passed else "fail" for check in checks
+        )
+        methods[name] = MethodVerification(
+            verdict, tolerance, checks, latency=_latency(run, name, settings)
+        )
+    return Verification.of(runtime_name(), against, methods, seconds)
+
+
+def _latency(run: RuntimeRun, method: str, settings: VerifySettings) -> Latency | None:
+    profile = run.profiles.get(method)
+    if profile is None or not profile.totals_ms:
+        return None
+    return Latency(
+        settings.runs,
+        settings.warmup,
+        profile.median_ms,
+        profile.p90_ms,
+        host_name(),
+        profile.parts,
+    )
+
+
+def runtime_name() -> str:
+    executorch = next(v for v in tool_versions() if v.startswith("executorch=="))
+    return f"executorch {executorch.partition('==')[2]} on this host"
+
+
+def host_name() -> str:
+    """Which host the latency is of: never the device's."""
+    return f"this host ({platform.machine()}, {os.cpu_count()} cores), not the device"
+
+
+def _memo_key(pte: bytes, ptd: bytes | None, reference: Reference, settings: VerifySettings) -> str:
+    digest = hashlib.sha256()
+    for part in (
+        hashlib.sha256(pte).hexdigest(),
+        hashlib.sha256(ptd).hexdigest() if ptd is not None else "-",
+        reference.digest(),
+        runtime_name(),
+        platform.machine(),
+        settings.digest_part(),
+    ):
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def _remembered(ctx: BuildContext, key: str) -> Verification | None:
+    import msgpack
+
+    assert ctx.store is not None
+    stored = ctx.store.get(key, MEMO_KIND)
+    if stored is None:
+        return None
+    try:
+        return decode(Verification, msgpack.unpackb(stored, raw=False))
+    except (WireError, ValueError, msgpack.UnpackException):  # an older lowerd's: run again
+        return None
+
+
+def _packed(verification: Verification) -> bytes:
+    import msgpack
+
+    packed: bytes = msgpack.packb(encode(replace(verification, reused=False)), use_bin_type=True)
+    return packed
