@@ -366,6 +366,7 @@ def test_no_lowerd_table(tmp_path: Path) -> None:
                 "unknown key 'outdir' in [tool.lowerd] (did you mean 'out_dir'?); allowed keys",
                 "allowed keys: backends, out_dir, cache_dir, cache_max_size, cache_url, "
                 "cache_remote, cache_ttl, cache_remote_max_entry_size, cache_remote_timeout, "
+                "cache_remote_sign_key, cache_remote_verify_key, "
                 "executor, ray_address, timeout, daemon, warm_libraries, etrecord, ",
             ],
             id="unknown-project-key",
@@ -397,12 +398,12 @@ def test_no_lowerd_table(tmp_path: Path) -> None:
         pytest.param(
             """\
             [tool.lowerd]
-            cache_ttl = 3600
+            cache_remote_verify_key = 3
             targets.a.entry = "a.py:f"
             """,
             2,
-            ["cache_ttl needs cache_url"],
-            id="cache-ttl-without-url",
+            ["cache_remote_verify_key must be a file path string", "got the integer 3"],
+            id="cache-verify-key-not-a-path",
         ),
         pytest.param(
             """\

@@ -10,20 +10,24 @@ import hashlib
 import json
 import shutil
 import socket
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgpack
 import pytest
 
+from lowerd.cache.entry import MAGIC, decode_entry, entry_head
 from lowerd.cache.remote import PREFIX
 from lowerd.cache.remote_stats import remote_counts
 from lowerd.lowering.build import build_target
 from lowerd.project.config import ProjectConfig, load_config
+from lowerd.project.errors import ConfigError
 from lowerd.project.project_store import store_for
 from lowerd.project.result import TargetResult
 from lowerd.project.wire import encode
 
-from helpers import PROJECTS, lowerd
+from helpers import PROJECTS, lowerd, write_pyproject
 from stock import forget_project_modules, importable_copy, stock_pte
 from testkit.redis_server import RedisServer, have_redis_server, redis_server
 
@@ -296,3 +300,184 @@ def test_a_password_in_the_url_is_used_and_never_shown(
         document = json.dumps(encode(refused))
         assert "not-it" not in document and "s3cret-pw" not in document
         assert shown in remote.warnings()[0]
+
+
+# Signed entries, the size cap on reads, the keys with the URL from the environment (issue 25) ---
+
+
+def ed25519_keys(folder: Path, name: str, openssh: bool = False) -> tuple[Path, Path]:
+    """A signing key, private to its user, and its verify key: PEM as `openssl genpkey -algorithm
+    ed25519` writes them, or OpenSSH's as `ssh-keygen -t ed25519` does."""
+    from cryptography.hazmat.primitives import serialization as s
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private = s.PrivateFormat.OpenSSH if openssh else s.PrivateFormat.PKCS8
+    public = (
+        (s.Encoding.OpenSSH, s.PublicFormat.OpenSSH)
+        if openssh
+        else (s.Encoding.PEM, s.PublicFormat.SubjectPublicKeyInfo)
+    )
+    sign, verify = folder / f"{name}-sign.pem", folder / f"{name}-verify.pub"
+    sign.write_bytes(key.private_bytes(s.Encoding.PEM, private, s.NoEncryption()))
+    sign.chmod(0o600)
+    verify.write_bytes(key.public_key().public_bytes(*public))
+    return sign, verify
+
+
+def forge(value: bytes, name: bytes) -> tuple[str, str, bytes]:
+    """What anyone who can write the redis makes of a value: its payload with the first weight
+    of its XNNPACK named data set to 1000.0, as a whole entry with its plain sha256 recomputed.
+    Returns the key, the kind and that entry."""
+    kind, key = name.decode().removeprefix(PREFIX).split(":")
+    payload = decode_entry(value[value.index(MAGIC) :], key, kind)
+    assert payload is not None
+    document = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    [result] = document["results"]
+    buffers = result["data_store"]["buffers"]
+    weights = max(range(len(buffers)), key=lambda index: len(buffers[index]))
+    buffers[weights] = struct.pack("<f", 1000.0) + buffers[weights][4:]
+    forged = msgpack.packb(document, use_bin_type=True)
+    return key, kind, entry_head(key, kind, forged) + forged
+
+
+def replace_line(root: Path, starts: str, line: str) -> None:
+    pyproject = root / "pyproject.toml"
+    lines = pyproject.read_text().splitlines()
+    kept = [line if text.startswith(starts) else text for text in lines]
+    pyproject.write_text("\n".join(kept) + "\n")
+
+
+def test_a_forged_entry_is_a_miss_for_a_reader_with_the_verify_key(
+    machines: tuple[Machine, Machine], redis: RedisServer, tmp_path: Path
+) -> None:
+    from lowerd.cache.signing import load_signing_key
+
+    ci, laptop = machines
+    sign, verify = ed25519_keys(tmp_path, "team")
+    set_remote(ci.root, f'cache_remote_sign_key = "{sign}"')
+    stock = stock_pte(PROJECTS / "basic", "models/two_methods.py:make", ["xnnpack"])
+    assert sha(ci.build("two_methods")) == hashlib.sha256(stock).hexdigest()
+
+    client = redis.client()
+    [one, other] = lowerd_keys(redis)
+    key, kind, forged = forge(client.get(one), one)
+    client.set(one, forged)  # the plain sha256 recomputed: unsigned
+    attacker, _ = ed25519_keys(tmp_path, "attacker")
+    key, kind, forged = forge(client.get(other), other)
+    client.set(other, load_signing_key(attacker).sign(key, kind, forged))  # signed, not by the team
+
+    set_remote(laptop.root, f'cache_remote = "read-only"\ncache_remote_verify_key = "{verify}"')
+    result = laptop.build("two_methods")
+    assert sha(result) == hashlib.sha256(stock).hexdigest()  # lowered here: stock's bytes
+    remote = result.cache.remote_report
+    assert remote is not None and remote.counts.hits == 0 and remote.counts.rejected == 2
+    assert result.cache.misses == 2
+    [line] = remote.problems  # one line, however many entries
+    assert line.startswith(f"2 entries on {redis.url} not signed by ed25519 SHA256:")
+    assert "1 unsigned, 1 signed by another key" in line and line.endswith("; not used")
+    document = encode(result)["cache"]
+    assert document["remote_counts"]["rejected"] == 2
+    assert document["remote_trust"].startswith("ed25519 SHA256:")
+
+    # Without the verify key, whoever can write the redis decides the bytes (the README says so).
+    replace_line(laptop.root, "cache_remote_verify_key", "")
+    shutil.rmtree(laptop.root / "build")
+    trusting = Machine(laptop.root, laptop.cache.with_name("cache-trusting"), laptop.monkeypatch)
+    served = trusting.build("two_methods")
+    assert served.cache.hits == 2 and sha(served) != hashlib.sha256(stock).hexdigest()
+    assert encode(served)["cache"]["remote_trust"] == "any writer"
+
+
+def test_a_value_larger_than_the_cap_is_neither_fetched_nor_taken(
+    machines: tuple[Machine, Machine], redis: RedisServer
+) -> None:
+    writer, reader = machines
+    built = writer.build("tiny_linear")
+    client = redis.client()
+    [name] = lowerd_keys(redis)
+    # A megabyte more than the writer put: a reader that fetched it whole would show it here.
+    client.append(name, bytes(1024**2))
+    set_remote(reader.root, 'cache_remote = "read-only"\ncache_remote_max_entry_size = "64"')
+
+    before = client.info("stats")["total_net_output_bytes"]
+    result = reader.build("tiny_linear")
+    sent = client.info("stats")["total_net_output_bytes"] - before
+    assert sha(result) == sha(built)
+    remote = result.cache.remote_report
+    assert remote is not None and remote.counts.hits == 0 and remote.counts.rejected >= 1
+    [line] = [p for p in remote.problems if "cache_remote_max_entry_size" in p]
+    assert line.endswith("larger than cache_remote_max_entry_size (64 B); not taken")
+    assert sent < 64 * 1024  # the cap's worth of each value came, not the values
+
+
+def test_the_cache_keys_apply_when_the_url_comes_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lowerd.cache.tiered import TieredStore
+
+    _, verify = ed25519_keys(tmp_path, "team", openssh=True)
+    path = write_pyproject(
+        tmp_path / "project",
+        f"""\
+        [tool.lowerd]
+        cache_remote = "read-only"
+        cache_ttl = 60
+        cache_remote_max_entry_size = "1K"
+        cache_remote_timeout = 1.5
+        cache_remote_verify_key = "{verify}"
+        [tool.lowerd.targets.a]
+        entry = "a.py:f"
+        """,
+    )
+    monkeypatch.setenv("LOWERD_CACHE_URL", "redis://127.0.0.1:1/0")
+    store = store_for(load_config(path))
+    assert isinstance(store, TieredStore)
+    remote = store.remote
+    assert not remote.writable and remote.ttl == 60 and remote.max_entry_bytes == 1024
+    assert remote.timeout == 1.5 and remote.trust.startswith("ed25519 SHA256:")
+    monkeypatch.delenv("LOWERD_CACHE_URL")
+    assert not isinstance(store_for(load_config(path)), TieredStore)
+
+
+def test_a_key_file_others_can_read_or_that_is_no_key_is_refused_at_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sign, verify = ed25519_keys(tmp_path, "team", openssh=True)
+    sign.chmod(0o640)
+    text = f"""\
+        [tool.lowerd]
+        cache_url = "redis://127.0.0.1:1/0"
+        cache_remote_sign_key = "{sign}"
+        [tool.lowerd.targets.a]
+        entry = "a.py:f"
+        """
+    path = write_pyproject(tmp_path / "project", text)
+    with pytest.raises(ConfigError, match="is open to its group or others") as info:
+        load_config(path)
+    assert info.value.location.line == 3 and "chmod 600" in info.value.message
+
+    sign.chmod(0o600)
+    assert load_config(path).remote_cache is not None
+    write_pyproject(tmp_path / "project", text.replace(str(sign), "missing.pem"))
+    with pytest.raises(ConfigError, match="cache_remote_sign_key") as info:
+        load_config(path)
+    assert info.value.location.line == 3
+    # The signing key where the verify key belongs: laptops would hold what signs.
+    write_pyproject(
+        tmp_path / "project", text.replace("cache_remote_sign_key", "cache_remote_verify_key")
+    )
+    with pytest.raises(ConfigError, match="a private key") as info:
+        load_config(path)
+    assert info.value.location.line == 3
+
+    sign.chmod(0o644)
+    monkeypatch.setenv("LOWERD_CACHE_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("LOWERD_CACHE_SIGN_KEY", str(sign))
+    write_pyproject(tmp_path / "project", "[tool.lowerd]\ntargets.a.entry = 'a.py:f'\n")
+    with pytest.raises(ConfigError, match=r"\$LOWERD_CACHE_SIGN_KEY: .* is open to its group"):
+        store_for(load_config(path))
+    monkeypatch.setenv("LOWERD_CACHE_VERIFY_KEY", str(verify))
+    monkeypatch.delenv("LOWERD_CACHE_SIGN_KEY")
+    remote = store_for(load_config(path)).remote  # type: ignore[attr-defined]
+    assert remote.trust.startswith("ed25519 SHA256:")

@@ -23,6 +23,8 @@ _HEADER_SIZE = len(MAGIC) + _DIGEST_SIZE
 _FRAME = struct.Struct(">HHH")
 _KEY = re.compile(r"[0-9a-f]{16,128}")
 _KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")
+# The most an entry holds besides its payload: the header and a frame of the longest names.
+MAX_HEAD_SIZE = _HEADER_SIZE + _FRAME.size + 32 + 128
 
 
 def check_name(key: str, kind: str) -> None:
@@ -36,10 +38,17 @@ def check_name(key: str, kind: str) -> None:
 
 def entry_head(key: str, kind: str, payload: bytes) -> bytes:
     """Everything an entry holds before its payload (written as two parts, never copied)."""
-    frame = _frame(key, kind)
+    frame = entry_frame(key, kind)
     digest = hashlib.sha256(frame)
     digest.update(payload)
     return MAGIC + digest.digest() + frame
+
+
+def entry_digest(data: bytes) -> bytes | None:
+    """The digest an entry claims for itself (unchecked); None if data is no entry of ours."""
+    if len(data) < _HEADER_SIZE or not data.startswith(MAGIC):
+        return None
+    return data[len(MAGIC) : _HEADER_SIZE]
 
 
 def decode_entry(data: bytes, key: str, kind: str) -> bytes | None:
@@ -50,12 +59,13 @@ def decode_entry(data: bytes, key: str, kind: str) -> bytes | None:
     if hashlib.sha256(body).digest() != data[len(MAGIC) : _HEADER_SIZE]:
         return None
     # The digest matches, so the frame is as written: it only remains to ask whose entry it is.
-    frame = _frame(key, kind)
+    frame = entry_frame(key, kind)
     if bytes(body[: len(frame)]) != frame:
         return None
     return bytes(body[len(frame) :])
 
 
-def _frame(key: str, kind: str) -> bytes:
+def entry_frame(key: str, kind: str) -> bytes:
+    """The bytes that name an entry's kind and key (with the schema), as its digest covers them."""
     kind_bytes, key_bytes = kind.encode(), key.encode()
     return _FRAME.pack(SCHEMA, len(kind_bytes), len(key_bytes)) + kind_bytes + key_bytes

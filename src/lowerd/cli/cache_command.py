@@ -56,7 +56,7 @@ def remote_lines(store: BlobStore) -> list[str]:
         state = f"ok, {mode}; {used} used of {cap}, {info['maxmemory_policy']}"
     totals = remote_counts(store.root)
     return [
-        f"remote:  {remote.display_url} ({state})",
+        f"remote:  {remote.display_url} ({state}; trusts {remote.trust})",
         f"remote totals: {totals.hits} hits, {totals.misses} misses, {totals.puts} puts,"
-        f" {totals.errors} errors (this machine's builds)",
+        f" {totals.errors} errors, {totals.rejected} rejected (this machine's builds)",
     ]

@@ -206,6 +206,8 @@ def _how_built(target: dict[str, Any]) -> str:
     if remote := cache.get("remote_counts"):
         # Of the hits, those the remote tier served; what it was sent; its state when not ok.
         how += f", remote {remote['hits']} hit / {remote['puts']} put"
+        if remote.get("rejected"):  # unsigned, mis-signed or over the cap: the warning says
+            how += f", {remote['rejected']} rejected"
         if cache["remote"] != "ok":
             how += f" ({cache['remote'].split(':')[0]})"
     return how

@@ -186,8 +186,7 @@ class EditorView:
                         result, session.config.root, entry, severity, self.read_lines
                     )
                 )
-        remote = session.config.remote_cache
-        line = remote.line if remote is not None else None
+        line = session.config.remote_cache.line
         parts.append(
             remote_cache_diagnostics(
                 self.shown.values(), session.config.path, line, self.read_lines

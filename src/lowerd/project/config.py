@@ -146,8 +146,9 @@ class ProjectConfig:
     out_dir: Path
     cache_dir: Path | None
     cache_max_size: str | None
-    # The redis tier behind the local cache (cache_url and its cache_* keys), as written.
-    remote_cache: RemoteCacheConfig | None
+    # The redis tier behind the local cache (cache_url and its cache_* keys), as written; its
+    # url "" when the file names none (then $LOWERD_CACHE_URL may: project/team_config.py).
+    remote_cache: RemoteCacheConfig
     executor: Executor
     ray_address: str | None
     timeout: float | None
@@ -322,11 +323,15 @@ def _read_project(reader: KeyReader, table: object) -> ProjectConfig:
         root=reader.root,
         targets=_read_targets(reader, table.get("targets"), values),
         digest=_digest(table),
-        remote_cache=RemoteCacheConfig(**remote, line=reader.line((*LOWERD, "cache_url")))
-        if remote["url"] is not None
-        else None,
+        remote_cache=_remote_cache(reader, remote),
         **fields,
     )
+
+
+def _remote_cache(reader: KeyReader, fields: dict[str, Any]) -> RemoteCacheConfig:
+    url = fields.pop("url") or ""
+    line = reader.line((*LOWERD, "cache_url")) if url else None
+    return RemoteCacheConfig(url=url, line=line, **fields)
 
 
 def _read_targets(
@@ -390,9 +395,6 @@ def _read_keys(
         inherited = key.scope is Scope.BOTH and key.name in project
         value: object = None
         if key.name in table:
-            needed = (key.needs or "").partition(" ")[0]
-            if needed and needed not in table:
-                raise reader.error(f"{key.name} needs {key.needs}", path)
             value = key.read(reader, table[key.name], path)
             if key.located:
                 value = Located(value, reader.line(path) or line)

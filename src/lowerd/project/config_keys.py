@@ -52,7 +52,6 @@ class Key:
     # The config field it fills: "" for its own name; None: none, its use folds it into another.
     fills: str | None = ""
     located: bool = False  # held as Located(value, line): its use blames failures on its line
-    needs: str | None = None  # "key (what it is)": the key this one is meaningless without
     missing: str | None = None  # a required key: what its table lacks, in the error's words
     group: str | None = None  # the part of the config it belongs to: "remote_cache"
 
@@ -141,7 +140,6 @@ KEYS: tuple[Key, ...] = (
         values.one_of(REMOTE_MODES),
         default="read-write",
         fills="mode",
-        needs="cache_url (a redis URL)",
         group="remote_cache",
     ),
     Key(
@@ -152,7 +150,6 @@ KEYS: tuple[Key, ...] = (
         values.whole_seconds,
         shown_default="until redis evicts it",
         fills="ttl",
-        needs="cache_url (a redis URL)",
         group="remote_cache",
     ),
     Key(
@@ -163,7 +160,6 @@ KEYS: tuple[Key, ...] = (
         values.size,
         default="64M",
         fills="max_entry_size",
-        needs="cache_url (a redis URL)",
         group="remote_cache",
     ),
     Key(
@@ -175,7 +171,39 @@ KEYS: tuple[Key, ...] = (
         values.seconds,
         default=2.0,
         fills="timeout",
-        needs="cache_url (a redis URL)",
+        group="remote_cache",
+    ),
+    Key(
+        "cache_remote_sign_key",
+        Scope.PROJECT,
+        "string, a key file",
+        "An ed25519 private key, unencrypted: PEM (`openssl genpkey -algorithm ed25519 -out "
+        "sign.pem`) or OpenSSH's (`ssh-keygen -t ed25519`), relative to the pyproject.toml unless "
+        "absolute. Every entry this machine puts to redis is signed with it, over its kind, key "
+        "and content digest, and this machine takes from redis only entries signed with it (or "
+        "with `cache_remote_verify_key`'s). Give it to the writers (CI) only: a file its group or "
+        "others may read or write, or that holds no ed25519 private key, is an error at this line. "
+        "`$LOWERD_CACHE_SIGN_KEY` (an absolute path; empty: none) overrides it.",
+        values.sign_key_file,
+        shown_default="none: entries are put unsigned",
+        fills="sign_key",
+        group="remote_cache",
+    ),
+    Key(
+        "cache_remote_verify_key",
+        Scope.PROJECT,
+        "string, a key file",
+        "The public half of the writers' signing key (`openssl pkey -in sign.pem -pubout`, or "
+        "ssh-keygen's `.pub`), relative to the pyproject.toml unless absolute: this machine takes "
+        "from redis only entries signed with that key for their own kind and key. An unsigned or "
+        "mis-signed entry is a miss, counted (`rejected`) and said in one line, and its partition "
+        "is lowered here. Without it (and without a signing key), whoever can write to the redis "
+        "decides the bytes a build takes. A file its group or others may write, or that holds no "
+        "ed25519 public key, is an error at this line. `$LOWERD_CACHE_VERIFY_KEY` (an absolute "
+        "path; empty: none) overrides it.",
+        values.verify_key_file,
+        shown_default="the signing key's public half, else none: any writer's entries are taken",
+        fills="verify_key",
         group="remote_cache",
     ),
     Key(

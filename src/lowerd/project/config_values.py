@@ -7,15 +7,16 @@ from __future__ import annotations
 import math
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeGuard, TypeVar
 
 from lowerd.cache.location import parse_size
+from lowerd.cache.signing import KeyFileError, load_signing_key, load_verify_key
 from lowerd.project.backends import KNOWN_BACKENDS
 from lowerd.project.config_reader import KeyReader, Read, article, describe, did_you_mean, key_name
 from lowerd.project.errors import ConfigError
-from lowerd.project.team_config import check_cache_url
+from lowerd.project.team_config import KeyFile, check_cache_url
 from lowerd.project.toml_lines import KeyPath
 
 S = TypeVar("S", bound=str)
@@ -123,6 +124,31 @@ def redis_url(reader: KeyReader, value: object, key: KeyPath) -> str:
         return check_cache_url(url, key_name(key))
     except ConfigError as error:
         raise reader.error(error.message, key) from None
+
+
+def sign_key_file(reader: KeyReader, value: object, key: KeyPath) -> KeyFile:
+    return _key_file(reader, value, key, load_signing_key)
+
+
+def verify_key_file(reader: KeyReader, value: object, key: KeyPath) -> KeyFile:
+    return _key_file(reader, value, key, load_verify_key)
+
+
+def _key_file(
+    reader: KeyReader, value: object, key: KeyPath, load: Callable[[Path], object]
+) -> KeyFile:
+    """A key file, relative to the config's folder unless absolute, loaded now so that an
+    unusable one is blamed on its line (the build loads it again: it may change meanwhile)."""
+    if not isinstance(value, str) or not value:
+        raise reader.error(
+            f"{key_name(key)} must be a file path string, got {describe(value)}", key
+        )
+    path = reader.root / Path(value).expanduser()
+    try:
+        load(path)
+    except KeyFileError as error:
+        raise reader.error(f"{key_name(key)}: {error}", key) from None
+    return KeyFile(path, key_name(key), reader.path, reader.line(key))
 
 
 def reference(reader: KeyReader, value: object, key: KeyPath) -> str:

@@ -7,14 +7,20 @@ Shared by the CLI and the daemon's workers, so both read and fill the same cache
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
 from lowerd.cache.location import DEFAULT_MAX_BYTES, default_cache_dir, parse_size
 from lowerd.cache.remote import RemoteTier
+from lowerd.cache.signing import KeyFileError, load_signing_key, load_verify_key
 from lowerd.cache.store import BlobStore
 from lowerd.cache.tiered import TieredStore
 from lowerd.project.config import ProjectConfig
 from lowerd.project.errors import ConfigError
-from lowerd.project.team_config import RemoteCacheConfig, remote_from_env
+from lowerd.project.team_config import KeyFile, RemoteCacheConfig, remote_from_env
+
+K = TypeVar("K")
 
 
 def store_for(config: ProjectConfig | None) -> BlobStore:
@@ -38,7 +44,19 @@ def remote_tier(remote: RemoteCacheConfig, config: ProjectConfig | None) -> Remo
         ttl=remote.ttl,
         max_entry_bytes=_size(config, "cache_remote_max_entry_size", remote.max_entry_size),
         timeout=remote.timeout,
+        signer=_key(remote.sign_key, load_signing_key),
+        verifier=_key(remote.verify_key, load_verify_key),
     )
+
+
+def _key(file: KeyFile | None, load: Callable[[Path], K]) -> K | None:
+    """The key in file, or a ConfigError at the key (or variable) that named it."""
+    if file is None:
+        return None
+    try:
+        return load(file.path)
+    except KeyFileError as error:
+        raise ConfigError(f"{file.where}: {error}", file.config, file.line) from None
 
 
 def _size(config: ProjectConfig | None, name: str, text: str) -> int:

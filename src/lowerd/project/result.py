@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from lowerd.cache.remote import RemoteCounts, RemoteReport
+from lowerd.cache.remote import ANY_WRITER, RemoteCounts, RemoteReport
 from lowerd.project.loadability import RuntimeCheck
 from lowerd.project.report_model import MethodReport, coverage_percent
 from lowerd.project.verification import Verification
@@ -53,12 +53,14 @@ _ONLY_GIVEN = wire_field(omit_none=True)
 class CacheSummary(CacheCounts):
     """The counts, and the remote tier's part when the build asked it anything (the fields of
     cache/remote.py's RemoteReport, written only then): its status ("ok", "read-only",
-    "unavailable: <reason>"), counts, problems in words and URL without its password."""
+    "unavailable: <reason>"), counts, problems in words, URL without its password, and whose
+    entries it took ("any writer", or "ed25519 SHA256:..." for the one key they are signed by)."""
 
     remote: str | None = field(default=None, metadata=_ONLY_GIVEN)
     remote_counts: RemoteCounts | None = field(default=None, metadata=_ONLY_GIVEN)
     remote_problems: tuple[str, ...] | None = field(default=None, metadata=_ONLY_GIVEN)
     remote_url: str | None = field(default=None, metadata=_ONLY_GIVEN)
+    remote_trust: str | None = field(default=None, metadata=_ONLY_GIVEN)
 
     def with_remote(self, report: RemoteReport) -> CacheSummary:
         return replace(
@@ -67,6 +69,7 @@ class CacheSummary(CacheCounts):
             remote_counts=report.counts,
             remote_problems=report.problems,
             remote_url=report.url,
+            remote_trust=report.trust,
         )
 
     @property
@@ -74,7 +77,8 @@ class CacheSummary(CacheCounts):
         if self.remote is None:
             return None
         counts = self.remote_counts or RemoteCounts()
-        return RemoteReport(self.remote, counts, self.remote_problems or (), self.remote_url or "")
+        problems, url = self.remote_problems or (), self.remote_url or ""
+        return RemoteReport(self.remote, counts, problems, url, self.remote_trust or ANY_WRITER)
 
 
 @dataclass(frozen=True)
