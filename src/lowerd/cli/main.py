@@ -55,6 +55,7 @@ def command_parser() -> argparse.ArgumentParser:
         _add_explain,
         _add_stock_script,
         _add_oplist,
+        _add_check,
         _add_daemon,
         _add_cache,
         _add_serve,
@@ -228,6 +229,22 @@ def _add_oplist(commands: Subcommands) -> None:
     oplist.set_defaults(run=_run_oplist)
 
 
+def _add_check(commands: Subcommands) -> None:
+    """`lowerd check`: the targets' facts against the committed baseline."""
+    check = commands.add_parser(
+        "check",
+        help="build targets and compare their facts (coverage, partitions, .pte size, planned "
+        "memory, error and latency when verified) with lowerd.baseline.toml; exit 1 on a "
+        "regression",
+    )
+    check.add_argument("targets", nargs="*", metavar="TARGET", help="targets (default all)")
+    check.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    check.add_argument(
+        "--update", action="store_true", help="write this build's facts as the new baseline"
+    )
+    check.set_defaults(run=_run_check)
+
+
 def _add_daemon(commands: Subcommands) -> None:
     """`lowerd daemon ACTION`."""
     daemon = commands.add_parser("daemon", help="start, stop or ask the project's build daemon")
@@ -345,6 +362,12 @@ def _run_oplist(args: argparse.Namespace) -> int:
     from lowerd.cli.oplist_command import run_oplist
 
     return run_oplist(args.config, args.targets, args.output)
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    from lowerd.cli.check_command import run_check
+
+    return run_check(args.config, args.targets, args.update)
 
 
 def _run_compare(args: argparse.Namespace) -> int:

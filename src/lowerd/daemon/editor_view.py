@@ -22,6 +22,7 @@ from pathlib import Path
 from lsprotocol import types
 from pygls.uris import from_fs_path, to_fs_path
 
+from lowerd.daemon.baseline_diagnostics import baseline_diagnostics
 from lowerd.daemon.commands import (
     BuildAnswer,
     PageAnswer,
@@ -186,6 +187,7 @@ class EditorView:
                         result, session.config.root, entry, severity, self.read_lines
                     )
                 )
+        parts.append(baseline_diagnostics(self.shown, session.config, self.read_lines))
         line = session.config.remote_cache.line
         parts.append(
             remote_cache_diagnostics(

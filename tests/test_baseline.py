@@ -1,0 +1,122 @@
+"""`lowerd check`: a target's facts against the committed lowerd.baseline.toml. A coverage
+regression fails the check with a table, `--update` accepts it, the editor warns at the target's
+entry; each fact's band (a latency 1.5× the baseline's is noise, 2× is not)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lsprotocol import types
+
+from lowerd.cli.main import main
+from lowerd.daemon.baseline_diagnostics import BASELINE_REGRESSION, baseline_diagnostics
+from lowerd.lowering.build import build_target
+from lowerd.project.baseline import compare, facts_of, read_baseline
+from lowerd.project.config import load_config
+from lowerd.project.result import TargetResult
+from lowerd.project.verification import Latency, MethodVerification, Tolerance, Verification
+from lowerd.worker.entry_site import entry_site
+
+from helpers import PROJECTS
+from stock import forget_project_modules, importable_copy
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("baseline") / "runtime"
+    with importable_copy(PROJECTS / "runtime", root):
+        yield root
+
+
+def build_host(project: Path) -> TargetResult:
+    """`host` built and recorded, so that `lowerd check` answers from its record."""
+    config = load_config(project / "pyproject.toml")
+    result = build_target(config, config.targets["host"], None)
+    assert result.ok, result.error
+    return result
+
+
+def check(project: Path, *args: str) -> int:
+    return main(["check", "--config", str(project / "pyproject.toml"), "host", *args])
+
+
+def test_check_fails_on_a_coverage_regression_and_passes_after_update(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    built = build_host(project)
+    assert check(project) == 2  # no baseline yet
+    assert "lowerd check --update" in capsys.readouterr().err
+    assert check(project, "--update") == 0
+    baseline = (project / "lowerd.baseline.toml").read_text()
+    assert "[targets.host]\ncoverage_percent = 66\npartitions = 2\n" in baseline
+    assert f"pte_bytes = {built.sizes.pte_bytes}\n" in baseline  # type: ignore[union-attr]
+    assert check(project) == 0
+    assert "0 regressions" in capsys.readouterr().out
+
+    # x**3 after the cumsum: XNNPACK refuses pow 3, so 2 of 4 ops are delegated (50 %).
+    model = project / "models" / "scan.py"
+    cumsum = "x = torch.cumsum(x, dim=1)"
+    model.write_text(model.read_text().replace(cumsum, f"{cumsum}\n        x = x**3"))
+    earlier = model.stat().st_mtime - 2  # written well before the build starts: it is recorded
+    os.utime(model, (earlier, earlier))
+    forget_project_modules(project)  # a build imports it afresh, as a fresh worker does
+    regressed = build_host(project)
+    assert check(project) == 1
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].split() == ["target", "fact", "baseline", "now"]
+    assert ["host", "coverage_percent", "66", "50", "REGRESSION"] in [
+        line.split() for line in table.splitlines()
+    ]
+    assert "regressions in 1 targets" in table
+
+    # The editor: a warning at the target's entry function.
+    config = load_config(project / "pyproject.toml")
+    found = baseline_diagnostics({"host": regressed}, config)
+    entry = entry_site(config, config.targets["host"])
+    [coverage] = [d for d in found[entry.path] if "coverage_percent" in d.message]
+    assert coverage.severity == types.DiagnosticSeverity.Warning
+    assert coverage.code == BASELINE_REGRESSION and coverage.range.start.line + 1 == entry.line
+    assert "regressed from 66 to 50" in coverage.message
+
+    assert check(project, "--update") == 0
+    assert "coverage_percent = 50" in (project / "lowerd.baseline.toml").read_text()
+    assert check(project) == 0
+    assert baseline_diagnostics({"host": regressed}, config) == {}
+
+
+def verified(max_abs: float, median_ms: float) -> TargetResult:
+    """A target's result with a verification of its forward (what `verify` adds)."""
+    from lowerd.project.verification import InputCheck, OutputCheck
+
+    output = OutputCheck(0, "float32", (2, 8), max_abs, max_abs)
+    method = MethodVerification(
+        "pass",
+        Tolerance(1e-5, 1e-5, "float32 default"),
+        (InputCheck("example", (output,)),),
+        latency=Latency(5, 2, median_ms, median_ms, "this host"),
+    )
+    verification = Verification.of("executorch 1.5.1", "eager", {"forward": method}, 0.1)
+    return TargetResult("t", "ok", verification=verification)
+
+
+def test_error_and_latency_regress_past_their_bands_only() -> None:
+    baseline = {"t": facts_of(verified(1e-6, 2.0))}
+    assert baseline["t"]["forward.max_abs_error"] == 1e-6
+    assert baseline["t"]["forward.latency_ms"] == 2.0
+    noise = facts_of(verified(1.5e-6, 2.9))  # within 2× + 1e-6 and 1.5× + 0.05 ms
+    assert not any(change.regression for change in compare(baseline, {"t": noise}))
+    worse = facts_of(verified(1e-3, 4.0))
+    regressed = {c.fact for c in compare(baseline, {"t": worse}) if c.regression}
+    assert regressed == {"forward.max_abs_error", "forward.latency_ms"}
+
+
+def test_a_baseline_that_is_no_toml_is_an_error(tmp_path: Path) -> None:
+    from lowerd.project.errors import ConfigError
+
+    path = tmp_path / "lowerd.baseline.toml"
+    path.write_text("[targets.t]\ncoverage_percent = 'high'\n")
+    with pytest.raises(ConfigError, match="numbers only"):
+        read_baseline(path)
