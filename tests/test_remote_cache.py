@@ -20,6 +20,7 @@ import pytest
 from lowerd.cache.entry import MAGIC, decode_entry, entry_head
 from lowerd.cache.remote import PREFIX
 from lowerd.cache.remote_stats import remote_counts
+from lowerd.cli.report_table import format_report
 from lowerd.lowering.build import build_target
 from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.errors import ConfigError
@@ -351,7 +352,7 @@ def replace_line(root: Path, starts: str, line: str) -> None:
 def test_a_forged_entry_is_a_miss_for_a_reader_with_the_verify_key(
     machines: tuple[Machine, Machine], redis: RedisServer, tmp_path: Path
 ) -> None:
-    from lowerd.cache.signing import load_signing_key
+    from lowerd.cache.signing import load_signing_key, load_verify_key
 
     ci, laptop = machines
     sign, verify = ed25519_keys(tmp_path, "team")
@@ -361,6 +362,10 @@ def test_a_forged_entry_is_a_miss_for_a_reader_with_the_verify_key(
 
     client = redis.client()
     [one, other] = lowerd_keys(redis)
+    # The team's own signature does not carry over to another name: a replay is refused too.
+    replayed = client.get(other)
+    one_kind, one_key = one.decode().removeprefix(PREFIX).split(":")
+    assert load_verify_key(verify).open(one_key, one_kind, replayed) == "with a bad signature"
     key, kind, forged = forge(client.get(one), one)
     client.set(one, forged)  # the plain sha256 recomputed: unsigned
     attacker, _ = ed25519_keys(tmp_path, "attacker")
@@ -375,10 +380,12 @@ def test_a_forged_entry_is_a_miss_for_a_reader_with_the_verify_key(
     assert result.cache.misses == 2
     [line] = remote.problems  # one line, however many entries
     assert line.startswith(f"2 entries on {redis.url} not signed by ed25519 SHA256:")
-    assert "1 unsigned, 1 signed by another key" in line and line.endswith("; not used")
-    document = encode(result)["cache"]
-    assert document["remote_counts"]["rejected"] == 2
-    assert document["remote_trust"].startswith("ed25519 SHA256:")
+    assert "1 unsigned, 1 with a bad signature" in line and line.endswith("; not used")
+    document = encode(result)
+    assert document["cache"]["remote_counts"]["rejected"] == 2
+    assert document["cache"]["remote_trust"].startswith("ed25519 SHA256:")
+    text = format_report({"targets": [document]}, 1.0)
+    assert "remote 0 hit / 0 put, 2 rejected (read-only)" in text
 
     # Without the verify key, whoever can write the redis decides the bytes (the README says so).
     replace_line(laptop.root, "cache_remote_verify_key", "")

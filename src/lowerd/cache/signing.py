@@ -42,8 +42,9 @@ _MAX_KEY_FILE = 64 * 1024
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 
 # Why a value was not taken from a tier that wants signatures.
-Refusal = Literal["unsigned", "signed by another key"]
-REFUSALS: tuple[Refusal, ...] = ("unsigned", "signed by another key")
+# A bad signature: made with another key, or for another entry's name (a replayed value).
+Refusal = Literal["unsigned", "with a bad signature"]
+REFUSALS: tuple[Refusal, ...] = ("unsigned", "with a bad signature")
 
 
 class KeyFileError(ValueError):
@@ -90,7 +91,7 @@ class EntryVerifier:
         try:
             self.key.verify(value[len(SIGNED_MAGIC) : SIGNED_HEAD_SIZE], _message(key, kind, entry))
         except InvalidSignature:
-            return "signed by another key"
+            return "with a bad signature"
         return entry
 
 
@@ -108,7 +109,10 @@ def load_signing_key(path: Path) -> EntrySigner:
     )
 
     data = _read_key_file(
-        path, 0o077, "is open to its group or others", "chmod 600 it: whoever reads it can sign"
+        path,
+        0o077,
+        "is open to its group or others",
+        "chmod 600 it: whoever reads it can sign cache entries",
     )
     load = load_ssh_private_key if b"OPENSSH PRIVATE KEY" in data else load_pem_private_key
     try:
