@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from lowerd.cache.remote import RemoteReport
 from lowerd.cache.store import BlobStore
 from lowerd.cache.tiered import TieredStore
+from lowerd.lowering.bundle import bundle_emitted, bundle_kept
 from lowerd.lowering.emission import emit
 from lowerd.lowering.inputs import InputRecorder
 from lowerd.lowering.loading import export, load, quantize
@@ -68,7 +69,7 @@ __all__ = ["Partitioned", "Progress", "build_target"]
 
 # The stages run between emission and writing, in order (lowering/stages.py EmittedStage): where
 # a check of the emitted program, or a recipe's rewrite of it, plugs in.
-AFTER_EMIT: tuple[EmittedStage, ...] = (verify_emitted,)
+AFTER_EMIT: tuple[EmittedStage, ...] = (verify_emitted, bundle_emitted)
 
 # File systems stamp mtimes with a coarse clock (a few ms behind time.time_ns()): a file saved
 # just after a build started can carry an mtime just before it.
@@ -190,7 +191,7 @@ def _keep_or_lower(
     ctx: BuildContext, exported: Exported, route: LoweringRoute, decision: Reuse
 ) -> Written:
     if decision.kept is not None:
-        kept = keep(ctx, decision.kept, decision.reports)
+        kept = bundle_kept(ctx, keep(ctx, decision.kept, decision.reports))
         files = [(f.path, f.kind) for f in kept.data_files]
         return replace(kept, verification=verify_kept(ctx, kept.output, files))
     _report_provisionally(ctx, decision)

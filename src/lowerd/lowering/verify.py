@@ -38,7 +38,7 @@ MEMO_KIND = "verify"
 
 def verify_emitted(ctx: BuildContext, emitted: Emitted) -> Emitted:
     """The stage: the emitted program's verification, when the target verifies."""
-    if ctx.reference is None:
+    if ctx.reference is None or not ctx.target.verify:  # a bundled target has one too
         return emitted
     ptd = next((f.data for f in emitted.data_files if f.kind == "ptd"), None)
     return replace(emitted, verification=verify_program(ctx, emitted.buffer, ptd))
@@ -48,7 +48,7 @@ def verify_kept(
     ctx: BuildContext, output: str, data_files: list[tuple[str, str]]
 ) -> Verification | None:
     """The kept .pte's verification (its bytes read back from the disk), when asked."""
-    if ctx.reference is None:
+    if ctx.reference is None or not ctx.target.verify:
         return None
     ptd = next((Path(path).read_bytes() for path, kind in data_files if kind == "ptd"), None)
     return verify_program(ctx, Path(output).read_bytes(), ptd)

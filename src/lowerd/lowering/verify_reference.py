@@ -51,9 +51,10 @@ class Reference:
 
 
 def eager_reference(ctx: BuildContext, loaded: Loaded) -> Reference | None:
-    """The reference of a target that verifies; None for one that does not."""
+    """The reference of a target that verifies or is bundled (its test cases are these); None
+    for one that does neither."""
     target = ctx.target
-    if not target.verify:
+    if not (target.verify or target.bundled):
         return None
     samples = calibration_samples(
         ctx.config, target, target.verify_inputs, list(loaded.methods), role="verify_inputs"

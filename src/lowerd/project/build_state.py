@@ -175,11 +175,12 @@ def discard_output(config: ProjectConfig, target: TargetConfig) -> None:
 
 
 def data_file_path(config: ProjectConfig, target: TargetConfig, kind: str, tag: str = "") -> Path:
-    """Where a data file of the target goes, beside its .pte: <target>.etrecord; <target>.ptd for
+    """Where a data file of the target goes, beside its .pte: <target>.etrecord, <target>.bpte
+    (the bundled program); <target>.ptd for
     ExecuTorch's default external-constant tag, else <target>.<tag>.ptd. The target's name comes
     first so that two targets in one out_dir never write (or remove) each other's files."""
-    if kind == "etrecord":
-        return config.out_dir / f"{target.name}.etrecord"
+    if kind in ("etrecord", "bpte"):
+        return config.out_dir / f"{target.name}.{kind}"
     if not tag or tag == DEFAULT_EXTERNAL_TAG:
         return config.out_dir / f"{target.name}.ptd"
     return config.out_dir / f"{target.name}.{tag.removesuffix('.ptd')}.ptd"
@@ -190,7 +191,7 @@ def owned_data_files(config: ProjectConfig, target: TargetConfig) -> set[Path]:
     the default names (the record may be gone)."""
     state = load_state(config, target)
     recorded = {Path(f.path) for f in state.data_files} if state is not None else set()
-    defaults = {data_file_path(config, target, "etrecord"), data_file_path(config, target, "ptd")}
+    defaults = {data_file_path(config, target, kind) for kind in ("etrecord", "ptd", "bpte")}
     return recorded | defaults
 
 
@@ -331,6 +332,7 @@ def target_inputs(config: ProjectConfig, target: TargetConfig) -> dict[str, str]
         **{pinned.partition("==")[0]: pinned for pinned in tool_versions()},
         # Only when on: a record made before verification existed keeps its digest.
         **({"verify": VerifySettings.of(target).digest_part()} if target.verify else {}),
+        **({"bundled": "bundled=true"} if target.bundled else {}),
     }
 
 

@@ -86,6 +86,8 @@ class TargetConfig:
     rtol: float | None = None
     verify_runs: int = 10
     verify_warmup: int = 2
+    # Also write <target>.bpte, the program with its test cases (lowering/bundle.py).
+    bundled: bool = False
 
     @property
     def external_constants(self) -> bool:
@@ -168,6 +170,7 @@ class ProjectConfig:
     rtol: float | None = None
     verify_runs: int = 10
     verify_warmup: int = 2
+    bundled: bool = False
 
     def with_verify(self, names: Sequence[str]) -> ProjectConfig:
         """The named targets verified after their build, whatever the file says (`lowerd

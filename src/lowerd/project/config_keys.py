@@ -491,6 +491,21 @@ KEYS: tuple[Key, ...] = (
         default=2,
     ),
     Key(
+        "bundled",
+        Scope.BOTH,
+        "boolean",
+        "Also write `<out_dir>/<target>.bpte`: ExecuTorch's BundledProgram, the program with a "
+        "test suite per method (`MethodTestSuite`), one test case (`MethodTestCase`) per input "
+        "tuple: the entry's example inputs, then `verify_inputs`' tuples, each with the eager "
+        "module's outputs (a quantized target's float model's), so that a device runtime checks "
+        "itself (`executorch.devtools.bundled_program`). Byte-identical to "
+        "`serialize_from_bundled_program_to_flatbuffer(BundledProgram(...))` as `lowerd "
+        "stock-script` writes it out; listed in the result's `data_files`. Turning it on or off "
+        "rebuilds the target.",
+        values.flag,
+        default=False,
+    ),
+    Key(
         "recipe",
         Scope.TARGET,
         "string, a recipe name, or a table: `name`, the recipe's keyword arguments, `calibration` "

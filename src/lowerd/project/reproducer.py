@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from lowerd.project.backends import BACKENDS
+from lowerd.project.bundle_script import bundle_cases, bundle_write
 from lowerd.project.compile_configs import SYM_SHAPE_EVAL_PASSES
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.export_options import ExportConfig
@@ -162,10 +163,12 @@ def stock_script(config: ProjectConfig, target: TargetConfig) -> str:
             entry=literal(target.entry.value),
         )
     )
+    parts.append(bundle_cases(target))
     if target.recipe:  # executorch.export.export with the recipe does all the rest
         parts.append(recipe_export(target, target.recipe))
         parts.append(_WRITE)
         parts.append(_data_files(target))
+        parts.append(bundle_write(target))
         return "".join(parts)
     parts.append(_export_function(target.export))
     parts.append(_quantize(target))
@@ -184,6 +187,7 @@ def stock_script(config: ProjectConfig, target: TargetConfig) -> str:
     parts.append(_emit(target))
     parts.append(_WRITE)
     parts.append(_data_files(target))
+    parts.append(bundle_write(target))
     return "".join(parts)
 
 

@@ -84,8 +84,8 @@ class CacheSummary(CacheCounts):
 @dataclass(frozen=True)
 class DataFile:
     """A file written beside the .pte. `kind` is "ptd" (constants or named data ExecuTorch put
-    in a .ptd file) or "etrecord" (the devtools' ETRecord). The path is
-    named like the result's output."""
+    in a .ptd file), "etrecord" (the devtools' ETRecord) or "bpte" (the bundled program). The
+    path is named like the result's output."""
 
     path: str
     sha256: str

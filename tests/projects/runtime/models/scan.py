@@ -20,3 +20,9 @@ class Scan(nn.Module):
 def make():
     torch.manual_seed(0)
     return Scan().eval(), (torch.randn(2, 8),)
+
+
+def samples():
+    """Two more input tuples: the bundled program's second and third test cases."""
+    torch.manual_seed(1)
+    return [(torch.randn(2, 8),), (torch.randn(2, 8),)]
