@@ -97,6 +97,9 @@ class BlobStore:
         self.max_bytes = max_bytes
         self.corrupt_removed = 0
         self.problems: list[StoreProblem] = []
+        # Entries not stored, by the system's reason: a full disk fails every put, and is said in
+        # one line (warnings), not one per entry.
+        self.unstored: dict[str, int] = {}
         self._blobs = self.root / "blobs"
 
     @property
@@ -108,7 +111,11 @@ class BlobStore:
         """The problems met so far, for people: one line if the whole store is unusable."""
         if (unusable := self.unusable) is not None:
             return [f"cache at {self.root} is unusable ({unusable.reason})"]
-        return [f"cache: {problem}" for problem in self.problems]
+        lines = [f"cache: {problem}" for problem in self.problems if problem.action != "write"]
+        for reason, count in self.unstored.items():
+            entries = "1 entry" if count == 1 else f"{count} entries"
+            lines.append(f"cache: {entries} not stored in {self.root} ({reason})")
+        return lines
 
     def get(self, key: str, kind: str = DEFAULT_KIND) -> bytes | None:
         """The payload stored under key for kind, or None if it is missing or fails verification."""
@@ -139,19 +146,28 @@ class BlobStore:
         clear removed the file being written, which is no problem).
         """
         path = self._path(key, kind)
-        if not self._make_dirs(self.root, self._blobs, path.parent):
+        if (unmade := self._make_dirs(self.root, self._blobs, path.parent)) is not None:
+            self._count_unstored(unmade)
             return False
         try:
             write_atomic(path, (entry_head(key, kind, payload), payload), temp_prefix=_TEMP_PREFIX)
         except FileNotFoundError as error:
             if path.parent.is_dir():  # a concurrent clear removed the temp file: nothing stored
                 return False
-            self._note("write", path.parent, error)
+            self._not_stored(path.parent, error)
             return False
         except OSError as error:
-            self._note("write", path, error)
+            self._not_stored(path, error)
             return False
         return True
+
+    def _not_stored(self, path: Path, error: OSError) -> None:
+        self._note("write", path, error)
+        self._count_unstored(error)
+
+    def _count_unstored(self, error: OSError) -> None:
+        reason = error.strerror or str(error)
+        self.unstored[reason] = self.unstored.get(reason, 0) + 1
 
     def contains(self, key: str, kind: str = DEFAULT_KIND) -> bool:
         """Whether an entry file exists under key, without reading or verifying it."""
@@ -248,7 +264,8 @@ class BlobStore:
         if self._remove(path) and corrupt:
             self.corrupt_removed += 1
 
-    def _make_dirs(self, *folders: Path) -> bool:
+    def _make_dirs(self, *folders: Path) -> OSError | None:
+        """Makes the folders; the error that stopped it (noted), if any."""
         # mkdir(parents=True) gives the parents it creates the default mode, so each of the
         # store's own directories is made explicitly to keep it private.
         for folder in folders:
@@ -256,8 +273,8 @@ class BlobStore:
                 _make_private_dir(folder, parents=folder == self.root)
             except OSError as error:
                 self._note("write", folder, error)
-                return False
-        return True
+                return error
+        return None
 
     def _scan(self) -> _Scan:
         """Every entry and temp file in every shard, skipping any removed while being listed."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from lowerd.cache.atomic import write_atomic
 from lowerd.cli.build_output import print_outcome
-from lowerd.cli.exit_codes import EXIT_OK, EXIT_TARGET_FAILED
+from lowerd.cli.exit_codes import EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE
 from lowerd.cli.report_table import ReportView
 from lowerd.project.build_state import load_state, state_path, why_out_of_date
 from lowerd.project.config import (
@@ -48,7 +48,12 @@ def run_report(
     if html is not None:
         path = Path(html)
         page = render_page(config.root.name, config.root, pages)
-        write_atomic(path, page.encode(), mode=0o644)
+        try:
+            write_atomic(path, page.encode(), mode=0o644)
+        except OSError as error:  # a missing folder, a folder in its place, a full disk
+            why = error.strerror or error
+            print(f"lowerd: --html {path}: cannot write: {why}", file=sys.stderr)
+            return EXIT_USAGE
         print(f"wrote {path}")
     else:
         results = [page.result for page in pages if page.result is not None]

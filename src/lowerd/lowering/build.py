@@ -53,9 +53,11 @@ from lowerd.project.build_state import (
     load_state,
     save_state,
     stamp_files,
+    state_path,
     target_inputs,
 )
 from lowerd.project.config import ProjectConfig, TargetConfig
+from lowerd.project.disk_errors import writing_in_out_dir
 from lowerd.project.errors import LowerdError
 from lowerd.project.loadability import RuntimeCheck
 from lowerd.project.rebuild_record import line_checksums, record_rebuild
@@ -96,7 +98,10 @@ def build_target(
     # The remote tier's part in the build, once its uploads are done (the build record, saved
     # before, keeps the result without it: the part is this run's, not the .pte's).
     remote = store.finish_remote() if isinstance(store, TieredStore) else None
-    return outcome.result(remote)
+    result = outcome.result(remote)
+    if store is not None and (problems := store.warnings()):  # a full or broken cache folder
+        result = replace(result, cache=replace(result.cache, problems=tuple(problems)))
+    return result
 
 
 @dataclass(frozen=True)
@@ -176,7 +181,8 @@ def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed:
         written = _keep_or_lower(ctx, exported, route, decision)
         runtime = _check_runtime(ctx, loaded, written)
         built = _Built(ctx, loaded, written, _memo(qparams, intx), runtime)
-        _record(ctx, recorder, exported, decision, built, earlier)
+        with writing_in_out_dir(ctx.config, state_path(ctx.config, ctx.target), "build record"):
+            _record(ctx, recorder, exported, decision, built, earlier)
         return built
     except LowerdError as error:
         discard_output(ctx.config, ctx.target)

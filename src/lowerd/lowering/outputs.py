@@ -14,25 +14,31 @@ from pathlib import Path
 from lowerd.cache.atomic import write_atomic
 from lowerd.lowering.stages import BuildContext, Emitted, Written
 from lowerd.project.build_state import TargetState, owned_data_files
+from lowerd.project.disk_errors import writing_in_out_dir
 from lowerd.project.report_model import MethodReport
 from lowerd.project.result import CacheSummary, DataFile
 
 
 def write(ctx: BuildContext, emitted: Emitted) -> Written:
+    """Writes the outputs; a disk that refuses one is an OutputError at out_dir."""
     ctx.stage("write")
     output = ctx.config.output_path(ctx.target.name)
-    output.parent.mkdir(parents=True, exist_ok=True)
+    with writing_in_out_dir(ctx.config, output.parent):
+        output.parent.mkdir(parents=True, exist_ok=True)
     stale = owned_data_files(ctx.config, ctx.target)
     # The data files first: a reader that sees the new .pte finds its data beside it.
     data_files = []
     for data_file in emitted.data_files:
-        write_atomic(data_file.path, data_file.data, mode=0o644)
+        with writing_in_out_dir(ctx.config, data_file.path):
+            write_atomic(data_file.path, data_file.data, mode=0o644)
         digest = hashlib.sha256(data_file.data).hexdigest()
         data_files.append(DataFile(str(data_file.path), digest, data_file.kind))
     # Readers see the old .pte or the new one, never a half-written one; others may read it.
-    write_atomic(output, emitted.buffer, mode=0o644)
+    with writing_in_out_dir(ctx.config, output):
+        write_atomic(output, emitted.buffer, mode=0o644)
     for path in stale - {Path(data_file.path) for data_file in data_files}:
-        path.unlink(missing_ok=True)
+        with writing_in_out_dir(ctx.config, path, "the stale data file", "remove"):
+            path.unlink(missing_ok=True)
     return Written(
         output=str(output),
         sha256=hashlib.sha256(emitted.buffer).hexdigest(),

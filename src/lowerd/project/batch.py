@@ -95,10 +95,12 @@ def _store_warnings(
     that cannot be written makes every partition a miss ("uncached"). The store notes its
     I/O errors instead of raising them, so the .pte already written stands.
     """
+    # What the builds' own stores met (a full disk fails their writes), each line once.
+    met = list(dict.fromkeys(line for result in results for line in result.cache.problems or ()))
     if not use_cache or not any(result.cache.misses for result in results):
-        return []
+        return met
     store = store_for(config)
     if store.check() is not None:
         return [f"{line}; built without it" for line in store.warnings()]
     store.enforce_limit()
-    return store.warnings()
+    return list(dict.fromkeys([*met, *store.warnings()]))

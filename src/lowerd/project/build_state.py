@@ -160,6 +160,13 @@ def forget_state(config: ProjectConfig, target: TargetConfig) -> None:
     state_path(config, target).unlink(missing_ok=True)
 
 
+def _remove(path: Path) -> None:
+    """Removes a failed target's file, if the disk lets it: a read-only or broken out_dir keeps
+    it, and the target's error (an OutputError at out_dir) says why."""
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
 def discard_output(config: ProjectConfig, target: TargetConfig) -> None:
     """Remove a failed target's .pte, its data files (.ptd, .etrecord) and build record.
 
@@ -168,10 +175,8 @@ def discard_output(config: ProjectConfig, target: TargetConfig) -> None:
     as Bazel deletes an action's stale outputs before it runs.
     """
     data_files = owned_data_files(config, target)
-    forget_state(config, target)
-    for path in (config.output_path(target.name), *data_files):
-        with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-            path.unlink()
+    for path in (state_path(config, target), config.output_path(target.name), *data_files):
+        _remove(path)
 
 
 def data_file_path(config: ProjectConfig, target: TargetConfig, kind: str, tag: str = "") -> Path:

@@ -69,3 +69,11 @@ class BackendUnavailableError(LoweringError):
     backend's fault, not the model's. `lowerd compare` shows it as that backend's column."""
 
     kind = "backend-unavailable"
+
+
+class OutputError(LowerdError):
+    """A file lowerd writes in `out_dir` (the .pte, its data files, the build record) could not
+    be written: a full or read-only disk, a folder or file in its place. Blamed on the out_dir
+    key, whose folder it is."""
+
+    kind = "output-error"

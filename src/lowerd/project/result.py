@@ -61,6 +61,9 @@ class CacheSummary(CacheCounts):
     remote_problems: tuple[str, ...] | None = field(default=None, metadata=_ONLY_GIVEN)
     remote_url: str | None = field(default=None, metadata=_ONLY_GIVEN)
     remote_trust: str | None = field(default=None, metadata=_ONLY_GIVEN)
+    # What of the local cache this build could not use (its BlobStore.warnings(): a full disk is
+    # one line), written only then; the CLI says each line once per build.
+    problems: tuple[str, ...] | None = field(default=None, metadata=_ONLY_GIVEN)
 
     def with_remote(self, report: RemoteReport) -> CacheSummary:
         return replace(

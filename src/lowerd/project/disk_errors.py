@@ -1,0 +1,57 @@
+"""A disk that refuses lowerd's files, said at the config key whose folder it is.
+
+A full disk (ENOSPC), a read-only one (EROFS), a folder where the .pte goes (EISDIR), a file where
+`.lowerd` goes (ENOTDIR), a file size limit (EFBIG): each is the project's folder's doing, not
+the model's. The build reports it as one OutputError at the `out_dir` line of the pyproject.toml
+(its `[tool.lowerd]` line when out_dir is the default), naming the file and the system's words,
+instead of a traceback blamed on the entry function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from lowerd.cache.regular_file import read_regular_file
+from lowerd.project.config import ProjectConfig
+from lowerd.project.config_reader import LOWERD, KeyReader
+from lowerd.project.errors import OutputError
+
+
+@contextlib.contextmanager
+def writing_in_out_dir(
+    config: ProjectConfig, path: Path, what: str = "", verb: str = "write"
+) -> Iterator[None]:
+    """An OSError of the block (which does `verb` to `path`, `what` it is) raised as the
+    out_dir's error."""
+    try:
+        yield
+    except OSError as error:
+        raise out_dir_error(config, path, error, what, verb) from None
+
+
+def out_dir_error(
+    config: ProjectConfig, path: Path, error: OSError, what: str = "", verb: str = "write"
+) -> OutputError:
+    reason = error.strerror or str(error)
+    subject = f"{what} {_shown(config, path)}" if what else _shown(config, path)
+    message = f"out_dir: cannot {verb} {subject}: {reason}"
+    return OutputError(message, config.path, key_line(config, "out_dir"))
+
+
+def key_line(config: ProjectConfig, key: str) -> int | None:
+    """The line of a [tool.lowerd] key in the config, else of the [tool.lowerd] table."""
+    try:
+        text = read_regular_file(config.path).decode("utf-8")
+    except (OSError, UnicodeDecodeError):  # changed since it was loaded: no line to point at
+        return None
+    return KeyReader(config.path, text).line((*LOWERD, key))
+
+
+def _shown(config: ProjectConfig, path: Path) -> str:
+    """The path relative to the project root when inside it, as reports name files."""
+    try:
+        return str(path.relative_to(config.root))
+    except ValueError:
+        return str(path)

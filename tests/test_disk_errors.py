@@ -1,0 +1,220 @@
+"""Disks that refuse lowerd's files: one line at the config key whose folder it is, a JSON
+document, never a traceback or a `worker-crash` blamed on the entry function.
+
+Each case is a real refusal by the kernel, never a patched function:
+
+- a .pte path that is a folder (EISDIR) and a `.lowerd` that is a file (EEXIST/ENOTDIR), made
+  with plain files;
+- a file size limit (RLIMIT_FSIZE, EFBIG; SIGXFSZ ignored), which needs no privilege, on the
+  cache's writes (ExecuTorch's own temp files would hit it in a build);
+- a full disk (ENOSPC) and a read-only one (EROFS): tiny tmpfs, mounted in a user and mount
+  namespace of the build's own (`unshare --user --map-root-user --mount`), where an unprivileged
+  user is root over its own mounts. chmod cannot stand for these: root (CI runs as root) writes
+  through any mode. Skipped, and said, only where the kernel allows no such namespace.
+
+Builds of tests/projects/basic's tiny_linear: in this process for the plain cases, as a
+`lowerd build --json` under `unshare` for the mounted ones (one run: a read-only out_dir and a
+full cache).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from lowerd.cache.store import BlobStore
+from lowerd.lowering.build import build_target
+from lowerd.project.build_state import state_path
+from lowerd.project.config import ProjectConfig, TargetConfig, load_config
+from lowerd.project.result import TargetResult
+
+from helpers import PROJECTS, RUN_DEADLINE, TRACEBACK, lowerd, lowerd_env
+from stock import importable_copy
+
+ONE_TARGET = """\
+[tool.lowerd]
+backends = ["xnnpack"]
+out_dir = "build"
+
+[tool.lowerd.targets.tiny_linear]
+entry = "models/tiny_linear.py:make"
+"""
+OUT_DIR_LINE = 3
+TINY_TMPFS = "size=16k"  # room for a folder or two, never for a .pte or a cache entry
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+    config: ProjectConfig
+    target: TargetConfig
+    cache: Path
+
+    @property
+    def output(self) -> Path:
+        return self.config.output_path(self.target.name)
+
+    def build(self, store: BlobStore | None = None) -> TargetResult:
+        """A build that writes (reuse off: an unchanged program would keep the .pte)."""
+        store = store or BlobStore(self.cache)
+        return build_target(self.config, self.target, store, reuse=False)
+
+    def restore(self) -> None:
+        """The out_dir as a good build leaves it."""
+        shutil.rmtree(self.root / "build", ignore_errors=True)
+        (self.root / "build").unlink(missing_ok=True)
+        assert self.build().status == "ok"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
+    """tiny_linear, built once (its cache filled), shared by the module's tests."""
+    folder = tmp_path_factory.mktemp("disk")
+    with importable_copy(PROJECTS / "basic", folder / "basic") as root:
+        (root / "pyproject.toml").write_text(ONE_TARGET)
+        config = load_config(root / "pyproject.toml")
+        built = Project(root, config, config.targets["tiny_linear"], folder / "cache")
+        assert built.build().status == "ok"
+        yield built
+
+
+def assert_out_dir_error(result: TargetResult, message: str) -> None:
+    """One error of the project's folder, at the out_dir line; the failed target has no .pte."""
+    assert result.status == "error" and result.error is not None, result
+    error = result.error
+    assert (error.kind, error.file, error.line) == ("output-error", "pyproject.toml", OUT_DIR_LINE)
+    assert error.message == message, error.message
+    assert result.output is None
+
+
+# Broken folders, in this process --------------------------------------------------------------
+
+
+def test_a_pte_path_that_is_a_folder_is_an_error_at_out_dir(project: Project) -> None:
+    project.output.unlink()
+    project.output.mkdir()
+    try:
+        failed = project.build()  # raised IsADirectoryError out of the build: a worker-crash
+        assert_out_dir_error(failed, "out_dir: cannot write build/tiny_linear.pte: Is a directory")
+        assert state_path(project.config, project.target).exists() is False
+    finally:
+        project.restore()
+
+
+def test_a_lowerd_folder_that_is_a_file_is_an_error_at_out_dir_every_build(
+    project: Project,
+) -> None:
+    records = state_path(project.config, project.target).parent
+    shutil.rmtree(records)
+    records.write_text("not a folder")
+    try:
+        for _ in range(2):  # the next build meets the same file: the same error, no traceback
+            failed = project.build()
+            message = "out_dir: cannot write build record build/.lowerd/tiny_linear.msgpack"
+            assert_out_dir_error(failed, f"{message}: File exists")
+            assert not project.output.exists()  # a failed target leaves no .pte (docs/cli.md)
+        assert records.read_text() == "not a folder"
+    finally:
+        project.restore()
+
+
+def test_a_cache_that_stores_nothing_says_so_in_one_line(tmp_path: Path) -> None:
+    """RLIMIT_FSIZE (no privilege needed): every entry's write fails with EFBIG, as each would
+    with ENOSPC on a full disk; one line says how many, not one per entry."""
+    store = BlobStore(tmp_path / "cache")
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, limits[1]))
+    try:
+        stored = [store.put(f"{n:064x}", b"x" * 4096) for n in range(3)]
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, previous)
+    assert stored == [False] * 3
+    assert store.warnings() == [f"cache: 3 entries not stored in {store.root} (File too large)"]
+
+
+# report --html --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["missing/page.html", "folder"])
+def test_report_html_that_cannot_be_written_is_one_line_and_exit_2(
+    project: Project, where: str
+) -> None:
+    (project.root / "folder").mkdir(exist_ok=True)
+    run = lowerd(project.root, project.cache, "report", "--html", where)
+    reason = {"folder": "Is a directory", "missing/page.html": "No such file or directory"}
+    assert run.returncode == 2, run.log  # a usage error (docs/cli.md)
+    assert run.stderr == f"lowerd: --html {where}: cannot write: {reason[where]}\n", run.log
+    assert run.stdout == ""
+
+
+# A read-only out_dir and a full cache, in a namespace of the build's own -----------------------
+
+# Mounts `$1` (out_dir) read-only and `$2` (the cache) full, as tiny tmpfs, then runs the command.
+MOUNTED = f"""\
+set -e
+out=$1 cache=$2; shift 2
+mount -t tmpfs -o {TINY_TMPFS},ro tmpfs "$out"
+mount -t tmpfs -o {TINY_TMPFS} tmpfs "$cache"
+head -c 1M /dev/zero > "$cache/fill" 2>/dev/null || true
+exec "$@"
+"""
+
+
+def namespaces_available() -> bool:
+    probe = ["unshare", "--user", "--map-root-user", "--mount", "true"]
+    try:
+        return subprocess.run(probe, capture_output=True, check=False, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(
+    not namespaces_available(),
+    reason="no user and mount namespaces here: a full or read-only disk cannot be made "
+    "without root (chmod does not stop root)",
+)
+def test_a_read_only_out_dir_and_a_full_cache_are_one_line_each_and_a_document(
+    project: Project,
+) -> None:
+    """EROFS on the .pte, ENOSPC on every cache entry: the same write paths a full out_dir or a
+    read-only cache take. Before, the first was a `worker-crash` with a traceback and no
+    document, and the second was not said at all."""
+    out, cache = project.root / "build", project.cache.parent / "full-cache"
+    cache.mkdir()
+    namespace = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", MOUNTED, "sh"]
+    done = subprocess.run(
+        [*namespace, str(out), str(cache), sys.executable, "-m", "lowerd", "build", "--json"],
+        cwd=project.root,
+        env=lowerd_env(cache),
+        capture_output=True,
+        text=True,
+        timeout=RUN_DEADLINE,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    document = json.loads(done.stdout)  # stdout is still one document
+    [target] = document["targets"]
+    error = target["error"]
+    assert (error["kind"], error["file"], error["line"]) == (
+        "output-error",
+        "pyproject.toml",
+        OUT_DIR_LINE,
+    )
+    message = "out_dir: cannot write build/tiny_linear.pte: Read-only file system"
+    assert error["message"] == message, error
+    [warning] = document["warnings"]  # said once, however many entries failed
+    assert warning.startswith("cache: ") and warning.endswith(
+        f"not stored in {cache} (No space left on device)"
+    ), warning
+    assert TRACEBACK not in done.stderr and "worker-crash" not in done.stdout, done.stderr
