@@ -5,7 +5,8 @@ ones the target's `partitioners` function returns; the target's `transform_passe
 edge generation and partitioning. lowerd hands ExecuTorch each partitioner wrapped
 (lowering/observed_partitioner.py), to hear the reasons a backend gives for the nodes it leaves
 and to report each method as soon as the last partitioner has split it, and speeds up what gives
-the same program either way (lowering/edge_speedups.py, xnnpack_passes.py, vulkan_patterns.py).
+the same program either way (lowering/edge_speedups.py, xnnpack_passes.py, vulkan_patterns.py,
+partition_speedups.py).
 """
 
 from __future__ import annotations
@@ -103,10 +104,16 @@ class PartitionerRoute:
 @contextmanager
 def edge_speedups(speedups: EdgeSpeedups) -> Iterator[None]:
     """What gives the same edge program faster, installed while ExecuTorch lowers."""
+    from lowerd.lowering.partition_speedups import PartitionSpeedups
     from lowerd.lowering.vulkan_patterns import pattern_graphs_made_once
     from lowerd.lowering.xnnpack_passes import XnnpackPassSkips
 
-    with speedups.installed(), XnnpackPassSkips().installed(), pattern_graphs_made_once():
+    with (
+        speedups.installed(),
+        XnnpackPassSkips().installed(),
+        PartitionSpeedups().installed(),
+        pattern_graphs_made_once(),
+    ):
         yield
 
 

@@ -1,0 +1,140 @@
+"""Exact shortcuts through ExecuTorch's partitioning, installed only while lowerd lowers (issue 23).
+
+Two steps of `to_edge_transform_and_lower` grow faster than the model: on a transformers Llama
+they made the partitioning stage grow with the square of its depth and beyond. Each shortcut
+gives the same partitions, in the same graph, as the step it replaces:
+tests/test_partition_speedups.py compares the bytes with stock's.
+
+1. The merge checks of XNNPACK's partitioner. `GroupBasedPartitioner._merge_partitions` tries
+   every pair of proposed partitions; `_can_merge_partitions` refuses a pair when a node outside
+   it that uses one of its nodes has a node of the pair downstream, asked as
+   `any(n in combined for n in downstreams)` over the node's whole transitive downstream set: a
+   Python loop over O(nodes) per external user, per pair. The same question is
+   `not downstreams.isdisjoint(combined)`, one set operation in C. The pair's nodes, their
+   external users, the order of the checks and the `validate_partition` that follows are
+   ExecuTorch's; only how that one boolean is computed differs.
+
+2. One recompile of the graph after cutting the partitions out, not one per partition.
+   `create_submodule_from_nodes` ends each cut with torch's `legalize_graph`, which copies the
+   top-level graph in topological order and assigns the copy to the GraphModule, whose setter
+   recompiles its Python code and that of every submodule: per partition, code for the whole
+   graph and every partition cut so far is generated and compiled. While
+   `_create_partitions_in_graph_module` runs, the copy is still made and assigned (the same
+   graph, node for node) but the recompile is held back, and made once when it returns, on the
+   graph as it ends. Nothing in between runs that code: the cuts read and edit the graph, and the
+   partitions' programs are built from their own graphs. `recompile` derives the code from the
+   graph alone, so the module ends with the code the last per-partition recompile would give.
+
+Both are active only with the torch and ExecuTorch versions this argument was checked against
+(edge_speedups.validated_versions); with any other, ExecuTorch runs as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from lowerd.lowering.edge_speedups import validated_versions
+
+
+@dataclass
+class PartitionSpeedups:
+    merge_checks: int = 0  # _can_merge_partitions answered with the set test
+    recompiles_held: int = 0  # legalize_graph recompiles held back to the end of the cut
+
+    @contextmanager
+    def installed(self) -> Iterator[PartitionSpeedups]:
+        """Install both shortcuts until exit, then put ExecuTorch's functions back."""
+        if not validated_versions():
+            yield self
+            return
+        with self._merge_checks(), self._one_recompile():
+            yield self
+
+    @contextmanager
+    def _merge_checks(self) -> Iterator[None]:
+        from executorch.exir.backend.canonical_partitioners.group_partitioner import (
+            GroupBasedPartitioner,
+        )
+
+        raw = GroupBasedPartitioner.__dict__["_can_merge_partitions"]
+
+        def can_merge(partitioner: Any, p1: Any, p2: Any, partitions_by_id: Any) -> bool:
+            self.merge_checks += 1
+            return _can_merge_partitions(partitioner, p1, p2, partitions_by_id)
+
+        # Swapped for this lowering only and restored below, as mock.patch would.
+        GroupBasedPartitioner._can_merge_partitions = can_merge
+        try:
+            yield
+        finally:
+            GroupBasedPartitioner._can_merge_partitions = raw
+
+    @contextmanager
+    def _one_recompile(self) -> Iterator[None]:
+        from executorch.exir import lowered_backend_module
+        from executorch.exir.backend import backend_api
+
+        raw_legalize = lowered_backend_module.legalize_graph
+        raw_cut = backend_api._create_partitions_in_graph_module
+        held: list[list[Any]] = []  # per cut running (a cut may nest in a submodule's)
+
+        def legalize_graph(graph_module: Any) -> Any:
+            if not held:
+                return raw_legalize(graph_module)
+            self.recompiles_held += 1
+            if not any(graph_module is seen for seen in held[-1]):
+                held[-1].append(graph_module)
+            return _without_recompile(graph_module, raw_legalize)
+
+        def create_partitions(graph_module: Any, *args: Any, **kwargs: Any) -> Any:
+            held.append([])
+            try:
+                return raw_cut(graph_module, *args, **kwargs)
+            finally:
+                for module in held.pop():
+                    module.recompile()
+
+        lowered_backend_module.legalize_graph = legalize_graph
+        backend_api._create_partitions_in_graph_module = create_partitions
+        try:
+            yield
+        finally:
+            lowered_backend_module.legalize_graph = raw_legalize
+            backend_api._create_partitions_in_graph_module = raw_cut
+
+
+def _can_merge_partitions(partitioner: Any, p1: Any, p2: Any, partitions_by_id: Any) -> bool:
+    """GroupBasedPartitioner._can_merge_partitions of ExecuTorch 1.5.1, its downstream test
+    asked of sets."""
+    from torch.fx.passes.utils.fuser_utils import validate_partition
+
+    p1_nodes = set(partitions_by_id[p1].nodes.keys())
+    p2_nodes = set(partitions_by_id[p2].nodes.keys())
+    combined_nodes = p1_nodes.union(p2_nodes)
+    user_nodes = []
+    for node in combined_nodes:
+        for user in node.users:
+            if user not in combined_nodes:
+                user_nodes.append(user)
+    for external_node in user_nodes:
+        downstream_nodes = partitioner.dependency_viewer.downstreams_of(external_node)
+        if not downstream_nodes.isdisjoint(combined_nodes):
+            return False
+    return bool(validate_partition(list(combined_nodes)))
+
+
+def _without_recompile(graph_module: Any, legalize: Any) -> Any:
+    """torch's legalize_graph on graph_module, its graph assigned without the recompile the
+    GraphModule's setter makes (the caller recompiles once, later)."""
+    graph_module.recompile = _no_recompile  # an instance attribute: the setter calls it
+    try:
+        return legalize(graph_module)
+    finally:
+        del graph_module.recompile
+
+
+def _no_recompile() -> None:
+    return None
