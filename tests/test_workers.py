@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import gc
 import json
 import os
@@ -323,13 +325,13 @@ def test_a_worker_s_exit_is_reported_before_the_preload_it_asked_for(tmp_path: P
     """A build asks for its libraries to be preloaded while it still runs; the server reports
     the worker's exit first (the daemon answers the build then), and imports them after."""
     config = tmp_path / "pyproject.toml"
-    os.mkfifo(config)  # the worker blocks reading its config until the test writes it
+    config.write_text("[tool.lowerd]\n")  # no target: the worker fails at once, engine-free
     server, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     serving = subprocess.Popen(
         [sys.executable, "-c", _SERVE, str(server.fileno())], pass_fds=[server.fileno()]
     )
     server.close()
-    events_read, events_write = os.pipe()
+    events_read, events_write = _full_pipe()  # the worker's result waits until the test reads
     try:
         ours.settimeout(DEADLINE)
         job = msgpack.packb(encode(WorkerJob(str(config), "net", id=1)), use_bin_type=True)
@@ -337,15 +339,27 @@ def test_a_worker_s_exit_is_reported_before_the_preload_it_asked_for(tmp_path: P
         os.close(events_write)
         order = [_fork_server_answer(ours)]
         ours.send(msgpack.packb(encode(PreloadRequest(("iniconfig",))), use_bin_type=True))
-        config.write_text("[tool.lowerd]\n")  # the worker reads it, fails and exits
+        with os.fdopen(events_read, "rb") as events:  # the worker writes its result and ends
+            events.read()
         while len(order) < 3:
             order.append(_fork_server_answer(ours))
     finally:
         ours.close()  # the server's end: it leaves
         serving.wait(DEADLINE)
-        os.close(events_read)
     assert [type(m) for m in order] == [StartedMessage, ExitedMessage, PreloadedMessage], order
     assert order[2].imported == 1, order
+
+
+def _full_pipe() -> tuple[int, int]:
+    """A pipe whose buffer is full: a write to it waits until its reader reads."""
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    os.set_blocking(write_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(write_end, b"\0" * 4096)
+    os.set_blocking(write_end, True)
+    return read_end, write_end
 
 
 def _fork_server_answer(channel: socket.socket) -> object:
