@@ -17,7 +17,13 @@ from lowerd.lowering.build import build_target
 from lowerd.project.baseline import compare, facts_of, read_baseline
 from lowerd.project.config import load_config
 from lowerd.project.result import TargetResult
-from lowerd.project.verification import Latency, MethodVerification, Tolerance, Verification
+from lowerd.project.verification import (
+    Latency,
+    MethodVerification,
+    Tolerance,
+    Verdict,
+    Verification,
+)
 from lowerd.worker.entry_site import entry_site
 
 from helpers import PROJECTS
@@ -87,13 +93,13 @@ def test_check_fails_on_a_coverage_regression_and_passes_after_update(
     assert baseline_diagnostics({"host": regressed}, config) == {}
 
 
-def verified(max_abs: float, median_ms: float) -> TargetResult:
+def verified(max_abs: float, median_ms: float, verdict: Verdict = "pass") -> TargetResult:
     """A target's result with a verification of its forward (what `verify` adds)."""
     from lowerd.project.verification import InputCheck, OutputCheck
 
     output = OutputCheck(0, "float32", (2, 8), max_abs, max_abs)
     method = MethodVerification(
-        "pass",
+        verdict,
         Tolerance(1e-5, 1e-5, "float32 default"),
         (InputCheck("example", (output,)),),
         latency=Latency(5, 2, median_ms, median_ms, "this host"),
@@ -111,6 +117,14 @@ def test_error_and_latency_regress_past_their_bands_only() -> None:
     worse = facts_of(verified(1e-3, 4.0))
     regressed = {c.fact for c in compare(baseline, {"t": worse}) if c.regression}
     assert regressed == {"forward.max_abs_error", "forward.latency_ms"}
+    failing = facts_of(verified(1e-6, 2.0, verdict="fail"))
+    [change] = compare(baseline, {"t": failing})
+    assert (change.fact, change.baseline, change.now, change.regression) == (
+        "forward.verified",
+        1,
+        0,
+        True,
+    )
 
 
 def test_a_baseline_that_is_no_toml_is_an_error(tmp_path: Path) -> None:

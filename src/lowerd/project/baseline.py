@@ -52,6 +52,7 @@ TARGET_FACTS: dict[str, Fact] = {
     "planned_memory_bytes": Fact("lower", relative=0.01, what="planned memory, bytes (1 % band)"),
 }
 METHOD_FACTS: dict[str, Fact] = {
+    "verified": Fact("higher", what="the verification passed (1) or not (0)"),
     "max_abs_error": Fact("lower", relative=1.0, slack=1e-6, what="max error vs eager (2×)"),
     "latency_ms": Fact("lower", relative=0.5, slack=0.05, what="host median latency (1.5×)"),
 }
@@ -70,6 +71,7 @@ def facts_of(result: TargetResult) -> Facts:
         facts["planned_memory_bytes"] = sum(bytes_ or 0 for bytes_ in planned)
     verification = result.verification
     for name, method in (verification.methods if verification else {}).items():
+        facts[f"{name}.verified"] = 1 if method.verdict == "pass" else 0
         if method.inputs:
             facts[f"{name}.max_abs_error"] = method.max_abs
         if method.latency is not None:
