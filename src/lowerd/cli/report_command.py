@@ -18,7 +18,7 @@ from lowerd.cache.atomic import write_atomic
 from lowerd.cli.build_output import print_outcome
 from lowerd.cli.exit_codes import EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE
 from lowerd.cli.report_table import ReportView
-from lowerd.project.build_state import load_state, state_path, why_out_of_date
+from lowerd.project.build_state import read_state, why_out_of_date
 from lowerd.project.config import (
     ProjectConfig,
     choose_config,
@@ -39,12 +39,13 @@ def run_report(
     started = time.perf_counter()
     config = load_config(choose_config(config_path))
     pages = [target_page(config, target.name) for target in select_targets(config, target_names)]
-    missing = [page.name for page in pages if page.result is None]
-    for name in missing:
-        print(
-            f"lowerd: {name}: no build record (never built, or its last build failed)",
-            file=sys.stderr,
+    missing = [page for page in pages if page.result is None]
+    for absent in missing:
+        why = (
+            absent.refused
+            or f"{absent.name}: no build record (never built, or its last build failed)"
         )
+        print(f"lowerd: {why}", file=sys.stderr)
     if html is not None:
         path = Path(html)
         page = render_page(config.root.name, config.root, pages)
@@ -68,10 +69,9 @@ def run_report(
 
 def target_page(config: ProjectConfig, name: str) -> TargetPage:
     target = config.targets[name]
-    state = load_state(config, target)
-    if state is None:
-        return TargetPage(name, None)
-    recorded = time.strftime(
-        "%Y-%m-%d %H:%M:%S", time.localtime(state_path(config, target).stat().st_mtime)
-    )
-    return TargetPage(name, state.report, why_out_of_date(config, target, state), recorded)
+    read = read_state(config, target)
+    if read.state is None:
+        return TargetPage(name, None, refused=read.refusal(name))
+    recorded = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(read.mtime))
+    stale = why_out_of_date(config, target, read.state)
+    return TargetPage(name, read.state.report, stale, recorded)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from lowerd.project.build_state import discard_failed_output, up_to_date_report
+from lowerd.project.build_state import discard_failed_output, read_state, still_standing
 from lowerd.project.config import ProjectConfig, TargetConfig, load_config, select_targets
 from lowerd.project.project_store import store_for
 from lowerd.project.result import TargetResult, remote_warnings
@@ -42,6 +42,8 @@ class Batch:
     targets: list[TargetConfig]
     use_cache: bool
     results: dict[str, TargetResult] = field(default_factory=dict)  # target name -> its result
+    # The lines saying which build records were there and not taken (build_state.read_state).
+    refused: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, config_path: Path, target_names: Sequence[str], use_cache: bool) -> Batch:
@@ -49,17 +51,23 @@ class Batch:
         return cls(config, select_targets(config, target_names), use_cache)
 
     def answer_up_to_date(self) -> None:
-        """Fill in every target whose last build still stands (never with --no-cache)."""
+        """Fill in every target whose last build still stands (never with --no-cache); note each
+        record that is there and not taken."""
         for target in self.stale:
             result = self.up_to_date(target)
             if result is not None:
                 self.results[target.name] = result
 
     def up_to_date(self, target: TargetConfig) -> TargetResult | None:
+        """The target's last result when it still stands; a record not taken is noted."""
+        started = time.perf_counter()
+        read = read_state(self.config, target)
+        refusal = read.refusal(target.name)
+        if refusal is not None and refusal not in self.refused:
+            self.refused.append(refusal)
         if not self.use_cache:
             return None
-        started = time.perf_counter()
-        result = up_to_date_report(self.config, target)
+        result = still_standing(self.config, target, read.state)
         return result and result.timed(time.perf_counter() - started)
 
     @property
@@ -71,7 +79,7 @@ class Batch:
         results = [self.results[target.name] for target in self.targets]
         for result in results:
             discard_failed_output(self.config, result)
-        warnings = cache_warnings(self.config, self.use_cache, results)
+        warnings = self.refused + cache_warnings(self.config, self.use_cache, results)
         document = encode(BuildDocument(str(self.config.path), results, warnings))
         # A .pte its runtime would refuse is written, and still a failure of the build.
         failed = any(not result.ok or not result.loads for result in results)

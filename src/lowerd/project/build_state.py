@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -24,9 +25,11 @@ from lowerd.cache.atomic import write_atomic
 from lowerd.project.backends import backend_by_details_class
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.rebuild_record import INPUTS_CHANGED, RebuildRecord
+from lowerd.project.record_check import RecordRefused, inconsistency, source_lines_problem
+from lowerd.project.regular_file import read_regular_file
 from lowerd.project.result import TargetResult
 from lowerd.project.verification import VerifySettings
-from lowerd.project.wire import WireError, decode, encode
+from lowerd.project.wire import WireError, decode, encode, wire_field
 
 # The build record's format. Bump it when a record this lowerd writes would be misread by the
 # last version's reader, or one that reader wrote by this one (a field renamed, removed or given
@@ -37,32 +40,53 @@ STATE_VERSION = 2
 STATE_DIR = ".lowerd"
 # The tag ExecuTorch's external_constants_pass gives every constant it moves out of the .pte.
 DEFAULT_EXTERNAL_TAG = "_default_external_constant"
+# A record is read whole into memory: one larger than this is no record lowerd wrote (a big
+# model's, its report and node lines included, is a few MB).
+MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
 class FileStamp:
-    """One input or output file: cheap stat fields, and the digest that decides when they moved."""
+    """One input or output file: cheap stat fields, and the digest that decides when they moved.
+
+    Size and mtime alone miss an edit that keeps the size and puts the mtime back (`touch -d`,
+    a tool that restores it): ctime and the inode are also compared, which no user call sets.
+    They are None in an older lowerd's records: then the content decides each time."""
 
     path: str
     size: int
     mtime_ns: int
     sha256: str
+    ctime_ns: int | None = field(default=None, metadata=wire_field(omit_none=True))
+    inode: int | None = field(default=None, metadata=wire_field(omit_none=True))
 
     @classmethod
     def of(cls, path: Path, sha256: str | None = None) -> FileStamp:
         """The file's stamp; `sha256` when its writer already hashed the bytes it wrote."""
-        stat = path.stat()
-        return cls(str(path), stat.st_size, stat.st_mtime_ns, sha256 or file_digest(path))
+        status = path.stat()
+        digest = sha256 or file_digest(path)
+        return cls(
+            str(path),
+            status.st_size,
+            status.st_mtime_ns,
+            digest,
+            status.st_ctime_ns,
+            status.st_ino,
+        )
 
     def unchanged(self) -> bool:
         try:
-            stat = os.stat(self.path)
+            status = os.stat(self.path)
         except OSError:
             return False
-        if (stat.st_size, stat.st_mtime_ns) == (self.size, self.mtime_ns):
+        if not stat.S_ISREG(status.st_mode) or status.st_size != self.size:
+            return False
+        now = (status.st_mtime_ns, status.st_ctime_ns, status.st_ino)
+        if now == (self.mtime_ns, self.ctime_ns, self.inode):
             return True
-        # Touched (git checkout, an editor's save-without-change): the content decides.
-        return stat.st_size == self.size and file_digest(Path(self.path)) == self.sha256
+        # Touched (git checkout, an editor's save-without-change), or modified with its size and
+        # mtime kept: the content decides.
+        return file_digest(Path(self.path)) == self.sha256
 
 
 @dataclass
@@ -82,7 +106,9 @@ class TargetState:
     # method name -> user source line of each exported node, in graph order, to re-map the
     # report's lines after an edit that moves code without changing the program ([file, line], or
     # None for a node without one: lowering/program_fingerprint.py).
-    method_lines: dict[str, list[list[Any] | None]] = field(default_factory=dict)
+    method_lines: dict[str, list[list[Any] | None]] = field(
+        default_factory=dict, metadata=wire_field(check=source_lines_problem)
+    )
     report: TargetResult = field(kw_only=True)  # the build's result
     # The .ptd and .etrecord files written beside the output (TargetResult.data_files).
     data_files: list[FileStamp] = field(default_factory=list)
@@ -104,28 +130,81 @@ def state_path(config: ProjectConfig, target: TargetConfig) -> Path:
     return config.out_dir / STATE_DIR / f"{target.name}.msgpack"
 
 
+@dataclass(frozen=True)
+class RecordRead:
+    """What is at a target's record path: its state, or None with `refused` saying why what is
+    there is no record to trust (None when there is nothing there); when it was written."""
+
+    state: TargetState | None
+    refused: str | None = None
+    mtime: float | None = None
+
+    def refusal(self, target: str) -> str | None:
+        """The one line that says a record was there and is not taken; None when none was."""
+        if self.refused is None:
+            return None
+        return f"{target}: build record ignored ({self.refused}); the target rebuilds"
+
+
 def load_state(config: ProjectConfig, target: TargetConfig) -> TargetState | None:
-    """The recorded state, or None when there is none or it cannot be trusted: damaged, of a
-    lowerd that wrote another version of it, or not the shape its version says."""
+    """The recorded state, or None when there is none or it cannot be trusted (read_state)."""
+    return read_state(config, target).state
+
+
+def read_state(config: ProjectConfig, target: TargetConfig) -> RecordRead:
+    """The target's record read as untrusted input: a regular file of at most MAX_RECORD_BYTES,
+    opened without blocking, decoded whole by the wire schema and checked for agreement. Anything
+    else (damaged, of another version, a FIFO, a device, a directory, a report whose digest is
+    not its output's) is no record, with the reason: the target rebuilds, nothing is misread."""
+    path = state_path(config, target)
     try:
-        raw = msgpack.unpackb(state_path(config, target).read_bytes(), raw=False)
-    except (OSError, ValueError, msgpack.UnpackException):
-        return None
-    return read_record(raw)
+        data, status = read_regular_file(path, MAX_RECORD_BYTES)
+    except FileNotFoundError:
+        return RecordRead(None)
+    except OSError as error:
+        return RecordRead(None, error.strerror or str(error))
+    try:
+        state = decode_record(_unpacked(data), target.name)
+    except RecordRefused as refused:
+        return RecordRead(None, str(refused))
+    return RecordRead(state, mtime=status.st_mtime)
+
+
+def _unpacked(data: bytes) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as error:
+        raise RecordRefused(f"not msgpack ({type(error).__name__})") from None
 
 
 def read_record(raw: Any) -> TargetState | None:
-    """A record as msgpack gave it back: this version's read whole; the previous one's read as
-    its own reader did (migrated_v1); None for any other (a newer lowerd's) and for one not of
-    its version's shape: the target rebuilds, and nothing is misread."""
-    if not isinstance(raw, dict) or raw.get("version") not in (1, STATE_VERSION):
+    """A record as msgpack gave it back (decode_record), or None."""
+    try:
+        return decode_record(raw, None)
+    except RecordRefused:
         return None
+
+
+def decode_record(raw: Any, target: str | None) -> TargetState:
+    """A record as msgpack gave it back: this version's read whole; the previous one's read as
+    its own reader did (migrated_v1). RecordRefused for any other (a newer lowerd's), for one
+    not of its version's shape, and for one that contradicts itself or names another target."""
+    if not isinstance(raw, dict):
+        raise RecordRefused(f"not a build record (a msgpack {type(raw).__name__})")
+    if raw.get("version") not in (1, STATE_VERSION):
+        raise RecordRefused(f"of another lowerd (format {str(raw.get('version'))[:20]!r})")
     if raw["version"] == 1:
         raw = {**raw, "state": migrated_v1(raw.get("state"))}
     try:
-        return decode(BuildRecord, raw).state
-    except WireError:
-        return None
+        state = decode(BuildRecord, raw).state
+    except WireError as error:
+        raise RecordRefused(f"not a build record's shape: {error.problems[0]}") from None
+    except (TypeError, ValueError, LookupError, AttributeError, RecursionError) as error:
+        raise RecordRefused(f"not a build record's shape ({type(error).__name__})") from None
+    problem = inconsistency(state, target)
+    if problem is not None:
+        raise RecordRefused(problem)
+    return state
 
 
 def migrated_v1(state: Any) -> Any:
@@ -223,6 +302,10 @@ def why_out_of_date(
     for data_file in state.data_files:
         if not data_file.unchanged():
             return f"{data_file.path} missing or modified"
+    stamped = {stamp.path for stamp in state.data_files}
+    for reported in state.report.data_files:  # without a stamp: its content decides
+        if reported.path not in stamped and not _holds(reported.path, reported.sha256):
+            return f"{reported.path} missing or modified"
     for source in state.sources:
         if not source.unchanged():
             return f"{source.path} changed"
@@ -297,7 +380,13 @@ def why_outputs_not_kept(
 
 def up_to_date_report(config: ProjectConfig, target: TargetConfig) -> TargetResult | None:
     """The last build's result when nothing it read or wrote has changed since; else None."""
-    state = load_state(config, target)
+    return still_standing(config, target, load_state(config, target))
+
+
+def still_standing(
+    config: ProjectConfig, target: TargetConfig, state: TargetState | None
+) -> TargetResult | None:
+    """up_to_date_report of a record read already."""
     if state is None or why_out_of_date(config, target, state) is not None:
         return None
     return state.report.up_to_date(target.name)
@@ -367,6 +456,14 @@ def _version(name: str) -> str:
 
 def stamp_files(paths: Iterable[Path]) -> list[FileStamp]:
     return [FileStamp.of(path) for path in sorted(set(paths)) if path.is_file()]
+
+
+def _holds(path: str, sha256: str) -> bool:
+    """Whether the regular file at `path` has the digest `sha256`."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode) and file_digest(Path(path)) == sha256
+    except OSError:
+        return False
 
 
 def file_digest(path: Path) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from lowerd.project.build_state import TargetState, load_state, why_out_of_date
+from lowerd.project.build_state import TargetState, read_state, why_out_of_date
 from lowerd.project.config import ProjectConfig, TargetConfig, select_targets
 from lowerd.project.errors import ConfigError
 from lowerd.project.explain_document import (
@@ -87,7 +87,8 @@ def explain_targets(config: ProjectConfig, names: Sequence[str]) -> ExplainAnswe
 
 
 def explain_target(config: ProjectConfig, target: TargetConfig) -> ExplainedTarget:
-    state = load_state(config, target)
+    read = read_state(config, target)
+    state = read.state
     stale = why_out_of_date(config, target, state)
     rebuild = state.rebuild if state is not None else None
     status: RecordStatus = (
@@ -98,6 +99,7 @@ def explain_target(config: ProjectConfig, target: TargetConfig) -> ExplainedTarg
         status=status,
         out_of_date=_relative(stale, config.root) if state is not None else None,
         recorded=rebuild is not None,
+        refused=read.refused,
     )
     if state is not None and rebuild is not None:
         explained = _with_build(explained, config, state, rebuild)
@@ -168,6 +170,8 @@ def _lines(explained: ExplainedTarget) -> list[str]:
 
 
 def _headline(explained: ExplainedTarget) -> str:
+    if explained.status == "no build record" and explained.refused:
+        return f"build record ignored ({explained.refused}); the target rebuilds"
     if explained.status == "no build record":
         return "no build record (never built, or its last build failed)"
     counts, program = explained.counts, explained.program

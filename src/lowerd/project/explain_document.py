@@ -81,6 +81,8 @@ class ExplainedTarget:
     status: RecordStatus
     out_of_date: str | None  # why it is out of date (the first reason)
     recorded: bool  # the record says why the build did what it did
+    # With no build record: why a file there was not taken as one (damaged, not a regular file).
+    refused: str | None = field(default=None, metadata=_ONLY_GIVEN)
     output: str | None = field(default=None, metadata=_ONLY_GIVEN)
     earlier_build: bool | None = field(default=None, metadata=_ONLY_GIVEN)
     program: ProgramFacts | None = field(default=None, metadata=_ONLY_GIVEN)

@@ -9,6 +9,7 @@ alike; a CPU op links to `#PREFIXop-<fx node name>`, its row in the page's table
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -41,6 +42,12 @@ Engine = Literal["dot", "plain"]
 class Drawing:
     svg: str
     engine: Engine  # what laid it out
+
+
+def fragment(name: str) -> str:
+    """An id fragment of a name (letters, digits, - and _ kept): the page's ids and the links
+    to them, safe in any attribute."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)
 
 
 def partition_colour(partition: int) -> str:
@@ -95,7 +102,7 @@ def _dot_svg(dot: str, graph: MethodGraph, tooltips: list[str], anchor: str) -> 
             attributes["style"] = "rounded,filled,dashed"
             attributes["penwidth"] = "1.6"
             if node.name:
-                attributes["href"] = f"#{anchor}op-{node.name}"
+                attributes["href"] = f"#{anchor}op-{fragment(node.name)}"
         listed = ", ".join(f"{key}={_dot_string(value)}" for key, value in attributes.items())
         lines.append(f"  n{index} [{listed}];")
     lines.extend(f"  n{a} -> n{b};" for a, b in graph.edges)
@@ -118,7 +125,10 @@ def _dot_svg(dot: str, graph: MethodGraph, tooltips: list[str], anchor: str) -> 
 
 
 def _dot_string(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
+    """A DOT string of a value HTML-escaped first: dot writes some attributes into the SVG as
+    they are (href, URL), and leaves an entity it is given as it is."""
+    text = escape(value.replace("\r", " ").replace("\n", " "))
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _plain_svg(graph: MethodGraph, tooltips: list[str], anchor: str) -> str:
@@ -150,7 +160,7 @@ def _plain_svg(graph: MethodGraph, tooltips: list[str], anchor: str) -> str:
         fill = CPU_FILL if node.on_cpu else partition_colour(node.partition)
         stroke = CPU_STROKE if node.on_cpu else "#57606a"
         dash = ' stroke-dasharray="4 2" stroke-width="1.6"' if node.on_cpu else ""
-        link = f'<a href="#{escape(anchor)}op-{escape(node.name)}">' if node.name else ""
+        link = f'<a href="#{escape(anchor)}op-{fragment(node.name)}">' if node.name else ""
         parts.append(
             f'<g id="{escape(anchor)}node-{index}" class="node {_classes(graph, index)}">{link}'
             f"<title>{escape(tooltips[index])}</title>"

@@ -68,6 +68,15 @@ def compact(graph: MethodGraph) -> CompactGraph:
 
 
 def expanded(form: CompactGraph) -> MethodGraph:
+    """The graph of its wire form; ValueError for one whose indexes point nowhere (a damaged or
+    forged record): the views index nodes and partitions by them."""
+    for entry in form.nodes:
+        if len(entry) not in (2, 3) or not 0 <= int(entry[0]) < len(form.ops):
+            raise ValueError("expected [OP INDEX, PARTITION(, NAME)] with an index into ops")
+        if int(entry[1]) < CPU:
+            raise ValueError(f"expected a partition of {CPU} or more")
+    if any(not (0 <= a < len(form.nodes) and 0 <= b < len(form.nodes)) for a, b in form.edges):
+        raise ValueError("expected edges between nodes")
     nodes = [
         GraphNode(form.ops[int(entry[0])], int(entry[1]), _name(entry)) for entry in form.nodes
     ]

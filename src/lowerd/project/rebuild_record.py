@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from lowerd.project.key_summary import KeySummary
 from lowerd.project.partition_match import PartitionIdentity, match_partitions
+from lowerd.project.record_check import site_problem
+from lowerd.project.wire import wire_field
 
 if TYPE_CHECKING:  # build_state imports this module for its TargetState's field
     from lowerd.project.build_state import TargetState
@@ -63,7 +65,8 @@ class PartitionFacts:
     backend: str  # as the report names it: "XNNPACK"
     # "hit", "rebased", "miss", "uncached"; "kept" when the .pte was kept; None when not known
     cache: str | None
-    site: list[Any] | None  # [file, line] of its first op at a line of the user's
+    # [file, line] of its first op at a line of the user's
+    site: list[Any] | None = field(metadata=wire_field(check=site_problem))
     key: KeySummary | None  # None when not keyed (the cache was off, or a value is unkeyable)
     note: str | None = None  # why the cache did not serve or keep it (the preprocess note)
     # For a partition lowered afresh: the earlier build's partition taken for the same one,

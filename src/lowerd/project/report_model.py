@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lowerd.project.method_graph import MethodGraph
-from lowerd.project.wire import wire_shape
+from lowerd.project.record_check import partition_sources_problem
+from lowerd.project.wire import wire_field, wire_shape
 
 # When leaving the fewest partitions takes more fixes than this, the hint also says what the
 # first ones do.
@@ -180,7 +181,9 @@ class PartitionSummary:
     # "hit", "rebased", "miss", "uncached"; None when not preprocessed (yet) under lowerd's hook
     cache: str | None
     # [file, line, op] of each delegated op that has a user source line: what a hover shows
-    sources: list[list[Any]] = field(default_factory=list)
+    sources: list[list[Any]] = field(
+        default_factory=list, metadata=wire_field(check=partition_sources_problem)
+    )
     # The backend's processed blob (LoweredBackendModule.processed_bytes), which the .pte holds
     # as the delegate's data; None before preprocess and in records of an older lowerd.
     blob_bytes: int | None = None

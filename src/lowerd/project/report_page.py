@@ -13,7 +13,6 @@ installed; in VS Code's webview the script posts {type: "open", file, line} inst
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lowerd.cache.location import format_size
-from lowerd.project.graph_svg import CPU_FILL, CPU_STROKE, draw, partition_colour
+from lowerd.project.graph_svg import CPU_FILL, CPU_STROKE, draw, fragment, partition_colour
 from lowerd.project.method_graph import MAX_NODES, MethodGraph
 from lowerd.project.report_model import MethodReport, NotDelegatedOp
 from lowerd.project.result import TargetResult
@@ -41,12 +40,14 @@ CACHE_WORDS = {
 @dataclass(frozen=True)
 class TargetPage:
     """A target's part of the page: its recorded result, or None when it has no build record;
-    `stale`: why the record no longer matches the sources (None: it does); `recorded`: when."""
+    `stale`: why the record no longer matches the sources (None: it does); `recorded`: when;
+    `refused`: the line saying why a record there was not taken."""
 
     name: str
     result: TargetResult | None
     stale: str | None = None
     recorded: str | None = None
+    refused: str | None = None
 
 
 def render_page(
@@ -64,13 +65,14 @@ def render_page(
 
 
 def _target(page: TargetPage, root: Path, use_dot: bool) -> str:
-    anchor = "t-" + _anchor(page.name)
+    anchor = "t-" + fragment(page.name)
     result = page.result
     if result is None:
         return (
             f'<section class="target" id="{anchor}"><h2>{escape(page.name)} '
             '<span class="badge pending">not built</span></h2>'
-            '<p class="muted">No build record: run <code>lowerd build</code>.</p></section>'
+            f'<p class="muted">{escape(page.refused or "No build record")}: run '
+            "<code>lowerd build</code>.</p></section>"
         )
     badge = (
         f'<span class="badge stale" title="{escape(page.stale)}">out of date</span>'
@@ -79,7 +81,8 @@ def _target(page: TargetPage, root: Path, use_dot: bool) -> str:
     )
     facts = [f"<code>{escape(_relative(result.output or '', root))}</code>"]
     if result.sha256:
-        facts.append(f'sha256 <code title="{escape(result.sha256)}">{result.sha256[:12]}</code>')
+        sha256 = escape(result.sha256)
+        facts.append(f'sha256 <code title="{sha256}">{escape(result.sha256[:12])}</code>')
     if page.recorded:
         facts.append(f"built {escape(page.recorded)}")
     stale = f'<p class="stale">Out of date: {escape(page.stale)}.</p>' if page.stale else ""
@@ -87,7 +90,7 @@ def _target(page: TargetPage, root: Path, use_dot: bool) -> str:
     sizes = sizes_text(document)
     sizes_line = f'<p class="sizes">{escape(sizes)}</p>' if sizes else ""
     methods = "".join(
-        _method(f"{anchor}-{_anchor(name)}-", name, report, root, use_dot)
+        _method(f"{anchor}-{fragment(name)}-", name, report, root, use_dot)
         for name, report in result.methods.items()
     )
     return (
@@ -162,7 +165,7 @@ def _not_delegated(prefix: str, ops: list[NotDelegatedOp], root: Path) -> str:
     if not ops:
         return '<p class="all">Every op is delegated.</p>'
     rows = "".join(
-        f'<tr class="cpu-op" id="{prefix}op-{escape(op.node)}"><td><code>{escape(op.op)}</code>'
+        f'<tr class="cpu-op" id="{prefix}op-{fragment(op.node)}"><td><code>{escape(op.op)}</code>'
         f"</td><td>{_source_link(op.file, op.line, root)}</td><td>{escape(op.reason)}</td>"
         f"<td>{escape(op.module_path or '')}</td></tr>"
         for op in ops
@@ -178,9 +181,10 @@ def _source_link(file: str | None, line: int | None, root: Path) -> str:
         return '<span class="muted">(no source line)</span>'
     path = Path(file) if Path(file).is_absolute() else root / file
     label = f"{file}:{line}" if line else file
+    number = escape(str(line or 1))
     return (
-        f'<a class="source" href="vscode://file/{escape(str(path))}:{line or 1}" '
-        f'data-file="{escape(file)}" data-line="{line or 1}">{escape(label)}</a>'
+        f'<a class="source" href="vscode://file/{escape(str(path))}:{number}" '
+        f'data-file="{escape(file)}" data-line="{number}">{escape(label)}</a>'
     )
 
 
@@ -234,11 +238,6 @@ def _relative(path: str, root: Path) -> str:
         return str(Path(path).relative_to(root))
     except ValueError:
         return path
-
-
-def _anchor(name: str) -> str:
-    """An id fragment from a target or method name (letters, digits, - and _ are kept)."""
-    return re.sub(r"[^A-Za-z0-9_-]", "_", name)
 
 
 STYLE = """

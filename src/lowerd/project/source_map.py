@@ -16,7 +16,9 @@ from pathlib import Path
 
 from lowerd.project.report_model import Frame
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<function>\S+))?')
+# A frame's line as traceback prints it. The file name is printed as it is, quotes and all (a
+# model file named `a"b.py`): it runs to the first `", line N` on its line, not to the first `"`.
+_FRAME = re.compile(r'File "(?P<file>[^\n]+?)", line (?P<line>\d+)(?:, in (?P<function>\S+))?')
 _NOT_USER_PARTS = {"site-packages", "dist-packages", ".venv", "venv", "__pycache__"}
 
 
