@@ -26,6 +26,7 @@ from lowerd.lowering.build import build_target
 from lowerd.project.batch import Batch
 from lowerd.project.build_state import (
     MAX_RECORD_BYTES,
+    discard_output,
     load_state,
     read_state,
     state_path,
@@ -300,3 +301,27 @@ def test_the_html_report_escapes_every_value_of_a_record(
     assert "img" not in parsed.tags
     assert not [name for name in parsed.attributes if name.startswith("on")]
     assert len(parsed.scripts) == 1  # the page's own
+
+
+def test_a_failed_build_removes_no_file_a_record_names_outside_its_outputs(
+    project: ProjectConfig, tmp_path: Path
+) -> None:
+    victim = tmp_path / "precious.ptd"
+    victim.write_bytes(b"the user's")
+    path = state_path(project, target(project))
+    stamp = {"path": str(victim), "size": 10, "mtime_ns": 0, "sha256": "0" * 64}
+    reported = {"path": str(victim), "sha256": "0" * 64, "kind": "ptd"}
+
+    def naming_the_victim(raw: dict[str, Any]) -> None:
+        raw["state"]["data_files"] = [stamp]
+        raw["state"]["report"]["data_files"] = [reported]
+
+    path.write_bytes(edited(path.read_bytes(), naming_the_victim))
+    assert load_state(project, target(project)) is not None  # a record that agrees with itself
+    pte = project.output_path("quoted")
+    original = pte.read_bytes()
+    try:
+        discard_output(project, target(project))  # what a failed build does
+        assert victim.read_bytes() == b"the user's"
+    finally:
+        pte.write_bytes(original)

@@ -272,11 +272,21 @@ def data_file_path(config: ProjectConfig, target: TargetConfig, kind: str, tag: 
 
 def owned_data_files(config: ProjectConfig, target: TargetConfig) -> set[Path]:
     """The data files an earlier build of the target may have left: those its record lists and
-    the default names (the record may be gone)."""
+    the default names (the record may be gone). A recorded path is taken only where the target's
+    data files go (beside its .pte, named after it): a record is no licence to remove a file."""
     state = load_state(config, target)
     recorded = {Path(f.path) for f in state.data_files} if state is not None else set()
+    recorded = {path for path in recorded if _names_a_data_file(config, target, path)}
     defaults = {data_file_path(config, target, kind) for kind in ("etrecord", "ptd", "bpte")}
     return recorded | defaults
+
+
+def _names_a_data_file(config: ProjectConfig, target: TargetConfig, path: Path) -> bool:
+    return (
+        path.parent == config.out_dir
+        and path.name.startswith(f"{target.name}.")
+        and path.suffix in (".ptd", ".etrecord", ".bpte")
+    )
 
 
 def discard_failed_output(config: ProjectConfig, result: TargetResult) -> None:
