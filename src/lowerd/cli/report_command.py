@@ -41,11 +41,11 @@ def run_report(
     pages = [target_page(config, target.name) for target in select_targets(config, target_names)]
     missing = [page for page in pages if page.result is None]
     for absent in missing:
-        why = (
+        said = (
             absent.refused
             or f"{absent.name}: no build record (never built, or its last build failed)"
         )
-        print(f"lowerd: {why}", file=sys.stderr)
+        print(f"lowerd: {said}", file=sys.stderr)
     if html is not None:
         path = Path(html)
         page = render_page(config.root.name, config.root, pages)
