@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from lowerd.cli.verify_table import summary_lines
 from lowerd.project.report_page import sizes_text
 
 # Groups shown without --all: two lines each, so the refusals of a real model fit a screen.
@@ -48,6 +49,7 @@ def _target_lines(target: dict[str, Any], view: ReportView) -> list[str]:
     if sizes := sizes_text(target):
         lines.append(f"  {sizes}")
     lines.extend(_runtime_lines(target.get("runtime")))
+    lines.extend(summary_lines(target.get("verification")))
     for name, method in target["methods"].items():
         lines.append(f"  {name}: {coverage_text(method)}")
         if view.modules:

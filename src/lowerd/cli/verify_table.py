@@ -31,6 +31,31 @@ def target_lines(result: TargetResult) -> list[str]:
     return [_heading(result.name, verification), *_rows(verification)]
 
 
+def summary_lines(raw: dict[str, Any] | None) -> list[str]:
+    """What `lowerd build`'s report says of a target's verification: its verdict, each method's
+    largest error, first diverging op and host latency in one line each."""
+    if raw is None:
+        return []
+    verification = decode(Verification, raw)
+    reused = ", as verified before" if verification.reused else ""
+    lines = [
+        f"  verified: {verification.verdict.upper()} against {verification.reference} on "
+        f"{verification.runtime}{reused}"
+    ]
+    if verification.error:
+        lines.append(f"    {verification.error.splitlines()[0]}")
+    for name, method in verification.methods.items():
+        line = f"    {name}: max abs error {method.max_abs:.3g} ({method.verdict})"
+        if method.divergence is not None:
+            divergence = method.divergence
+            where = f" at {divergence.file}:{divergence.line}" if divergence.file else ""
+            line += f"; {divergence.message()}{where}"
+        lines.append(line)
+        if method.latency is not None:
+            lines.append(f"    {method.latency.summary(name)}")
+    return lines
+
+
 def _heading(name: str, verification: Verification) -> str:
     reused = ", same program as verified before" if verification.reused else ""
     heading = f"{name}: {verification.verdict.upper()}  ({verification.runtime}, "

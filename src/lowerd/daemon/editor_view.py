@@ -46,6 +46,7 @@ from lowerd.daemon.diagnostics import (
     utf16_length,
 )
 from lowerd.daemon.session import ProjectSession, same_file
+from lowerd.daemon.verify_diagnostics import latency_title, verification_diagnostics
 from lowerd.project.report_model import MethodReport
 from lowerd.project.report_page import TargetPage, render_page
 from lowerd.project.reproducer import stock_script
@@ -187,6 +188,8 @@ class EditorView:
                         result, session.config.root, entry, severity, self.read_lines
                     )
                 )
+                root = session.config.root
+                parts.append(verification_diagnostics(result, root, entry, self.read_lines))
         parts.append(baseline_diagnostics(self.shown, session.config, self.read_lines))
         line = session.config.remote_cache.line
         parts.append(
@@ -214,6 +217,8 @@ class EditorView:
                 continue
             where = line_range(site, self.read_lines)
             title = lens_title(result, self.session.building(name))
+            if latency := latency_title(result.verification if result else None):
+                title += f" · {latency}"
             if len(config.targets) > 1:
                 title = title.replace("lowerd: ", f"lowerd {name}: ", 1)
             lenses.append(_lens(where, title, REPORT, name))

@@ -201,6 +201,8 @@ def _keep_or_lower(
         files = [(f.path, f.kind) for f in kept.data_files]
         return replace(kept, verification=verify_kept(ctx, kept.output, files))
     _report_provisionally(ctx, decision)
+    if ctx.reference is not None:  # a diverging op is found against the exported programs
+        ctx = replace(ctx, reference=replace(ctx.reference, programs=exported.programs))
     emitted = emit(ctx, lower(ctx, exported, route))
     for stage in AFTER_EMIT:
         emitted = stage(ctx, emitted)

@@ -43,6 +43,7 @@ def emit(ctx: BuildContext, lowered: Lowered) -> Emitted:
         cache=lowered.cache,
         partitions=lowered.partitions,
         needs=program_needs(manager.executorch_program, buffer),
+        edge=lowered.edge,
     )
 
 

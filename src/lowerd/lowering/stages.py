@@ -185,6 +185,7 @@ class Emitted:
     partitions: tuple[PartitionFacts, ...]
     needs: ProgramNeeds  # the kernels and backends a runtime must register to load it
     verification: Verification | None = None  # the verify stage's (lowering/verify.py)
+    edge: Any = None  # Lowered's edge program: where the verify stage finds a diverging op
 
 
 # A stage after emission (see the module's docstring).

@@ -18,7 +18,9 @@ import platform
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from lowerd.lowering.divergence import first_divergence
 from lowerd.lowering.runtime_run import RunRequest, RuntimeRun, run_on_runtime
 from lowerd.lowering.stages import BuildContext, Emitted
 from lowerd.lowering.verify_compare import check_case, tolerance_for
@@ -41,7 +43,7 @@ def verify_emitted(ctx: BuildContext, emitted: Emitted) -> Emitted:
     if ctx.reference is None or not ctx.target.verify:  # a bundled target has one too
         return emitted
     ptd = next((f.data for f in emitted.data_files if f.kind == "ptd"), None)
-    return replace(emitted, verification=verify_program(ctx, emitted.buffer, ptd))
+    return replace(emitted, verification=verify_program(ctx, emitted.buffer, ptd, emitted.edge))
 
 
 def verify_kept(
@@ -54,7 +56,11 @@ def verify_kept(
     return verify_program(ctx, Path(output).read_bytes(), ptd)
 
 
-def verify_program(ctx: BuildContext, pte: bytes, ptd: bytes | None) -> Verification:
+def verify_program(
+    ctx: BuildContext, pte: bytes, ptd: bytes | None, edge: Any = None
+) -> Verification:
+    """The program's verification: remembered, or run, compared and, where an output is off
+    and the lowered `edge` program is at hand, its first diverging op found."""
     reference = ctx.reference
     assert reference is not None
     ctx.stage("verify")
@@ -68,6 +74,8 @@ def verify_program(ctx: BuildContext, pte: bytes, ptd: bytes | None) -> Verifica
     inputs = {name: [case.inputs for case in cases] for name, cases in reference.cases.items()}
     run = run_on_runtime(RunRequest(pte, ptd, inputs, settings.warmup, settings.runs))
     verification = _verification(reference, settings, run, time.perf_counter() - started)
+    if edge is not None and verification.verdict == "fail":
+        verification = _localized(ctx, reference, edge, verification)
     if ctx.store is not None and verification.verdict != "error":  # a crash may be this host's
         ctx.store.put(key, _packed(verification), MEMO_KIND)
     return verification
@@ -94,6 +102,29 @@ def _verification(
             verdict, tolerance, checks, latency=_latency(run, name, settings)
         )
     return Verification.of(runtime_name(), against, methods, seconds)
+
+
+def _localized(
+    ctx: BuildContext, reference: Reference, edge: Any, verification: Verification
+) -> Verification:
+    """Each failing method with the first op whose value differs from eager's on its first
+    failing input (lowering/divergence.py). Finding it is a help, never the verdict: a program
+    it cannot follow is reported without one."""
+    methods = dict(verification.methods)
+    for name, method in verification.methods.items():
+        failing = [i for i, check in enumerate(method.inputs) if not check.passed]
+        if method.verdict != "fail" or not failing or name not in reference.programs:
+            continue
+        case = reference.cases[name][failing[0]]
+        try:
+            lowered = edge.exported_program(name)
+            found = first_divergence(
+                reference.programs[name], lowered, case.inputs, method.tolerance, ctx.user_files
+            )
+        except Exception:  # noqa: BLE001 - an op the interpreter cannot run: no op named
+            found = None
+        methods[name] = replace(method, divergence=found)
+    return replace(verification, methods=methods)
 
 
 def _latency(run: RuntimeRun, method: str, settings: VerifySettings) -> Latency | None:

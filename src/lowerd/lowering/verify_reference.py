@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lowerd.lowering.quantize import calibration_samples
@@ -37,6 +37,8 @@ class Reference:
 
     cases: Mapping[str, tuple[Case, ...]]
     quantized: bool
+    # Each method's ExportedProgram, once exported: the eager ops a diverging op is found among.
+    programs: Mapping[str, Any] = field(default_factory=dict)
 
     def digest(self) -> str:
         """The inputs and eager outputs, by their bytes: part of the verification's memo key."""

@@ -1,0 +1,117 @@
+"""What a target's verification puts in the editor: an Error at the first diverging op's line
+(or at the entry when no op is named, or when the runtime could not run the .pte), and the host
+latency in the code lens ("forward 1.8 ms here · XNNPACK #1 1.2 ms · CPU 0.5 ms")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lsprotocol import types
+from pygls.uris import from_fs_path
+
+from lowerd.daemon.diagnostics import (
+    SOURCE,
+    FileDiagnostics,
+    LineReader,
+    line_range,
+    read_lines_from_disk,
+    site_of,
+)
+from lowerd.project.result import TargetResult
+from lowerd.project.verification import MethodVerification, Verification
+from lowerd.worker.entry_site import Site
+
+VERIFY_ERROR = "verify-error"  # the runtime did not load or run the .pte
+DIVERGED = "verify-diverged"  # an output is off: at the first diverging op's line
+MISMATCH = "verify-mismatch"  # an output is off and no op is named: at the entry
+
+
+def verification_diagnostics(
+    result: TargetResult,
+    root: Path,
+    entry: Site | None,
+    lines: LineReader = read_lines_from_disk,
+) -> FileDiagnostics:
+    """The Errors of one target's verification, by file; none when it passed or did not run."""
+    verification = result.verification
+    found: FileDiagnostics = {}
+    if verification is None or not result.ok:
+        return found
+    entry = site_of(result.entry, root) or entry
+    if verification.error is not None and entry is not None:
+        message = f"{result.name}: the .pte does not run on {verification.runtime}: "
+        _add(found, entry, _error(entry, message + verification.error, VERIFY_ERROR, lines))
+    for name, method in verification.methods.items():
+        if method.verdict == "pass":
+            continue
+        where, message, code = _where_and_why(result.name, name, method, verification, root)
+        site = where or entry
+        if site is not None:
+            _add(found, site, _error(site, message, code, lines, _library(method, where)))
+    return found
+
+
+def latency_title(verification: Verification | None) -> str:
+    """The lens's latency part: each method's host time by partition; "" when not measured."""
+    if verification is None:
+        return ""
+    shares = [
+        method.latency.summary(name)
+        for name, method in verification.methods.items()
+        if method.latency is not None
+    ]
+    return " · ".join(shares)
+
+
+def _where_and_why(
+    target: str, name: str, method: MethodVerification, verification: Verification, root: Path
+) -> tuple[Site | None, str, str]:
+    prefix = f"{target}, {name}: "
+    divergence = method.divergence
+    if divergence is not None:
+        return site_of(divergence, root), prefix + divergence.message(), DIVERGED
+    failing = next((check for check in method.inputs if not check.passed), None)
+    if failing is not None and failing.error is not None:
+        return None, f"{prefix}on {failing.label}: {failing.error}", VERIFY_ERROR
+    tolerance = method.tolerance
+    message = (
+        f"{prefix}differs from {verification.reference} by {method.max_abs:.3g} (atol "
+        f"{tolerance.atol:g}, rtol {tolerance.rtol:g}: {tolerance.why})"
+    )
+    return None, message, MISMATCH
+
+
+def _library(
+    method: MethodVerification, where: Site | None
+) -> list[types.DiagnosticRelatedInformation]:
+    divergence = method.divergence
+    if where is None or divergence is None or not divergence.library_file:
+        return []
+    path = Path(divergence.library_file)
+    line = max((divergence.library_line or 1) - 1, 0)
+    location = types.Location(
+        uri=from_fs_path(str(path)) or str(path),
+        range=types.Range(types.Position(line, 0), types.Position(line, 0)),
+    )
+    return [types.DiagnosticRelatedInformation(location, "the library line that made the op")]
+
+
+def _error(
+    site: Site,
+    message: str,
+    code: str,
+    lines: LineReader,
+    related: list[types.DiagnosticRelatedInformation] | None = None,
+) -> types.Diagnostic:
+    return types.Diagnostic(
+        range=line_range(site, lines),
+        message=message,
+        severity=types.DiagnosticSeverity.Error,
+        source=SOURCE,
+        code=code,
+        related_information=related or None,
+    )
+
+
+def _add(found: FileDiagnostics, site: Site, diagnostic: types.Diagnostic) -> None:
+    found.setdefault(site.path, []).append(diagnostic)

@@ -1,0 +1,155 @@
+"""`lowerd verify` and `verify = true` (issue 24 points 1, 2, 3, 7): each .pte run on this host's
+ExecuTorch runtime against eager, on tiny models (tests/projects/verify), built once for the
+module and read many ways: pass and fail, the diverging op at its line, a dynamic batch at its
+min and max, two methods with a .ptd, a quantized target against its float model, host latency
+by partition and CPU op, the memo, and a program the runtime rejects."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lowerd.cli.verify_table import format_verification
+from lowerd.lowering.runtime_run import RunRequest, run_on_runtime
+from lowerd.project.result import TargetResult
+from lowerd.project.wire import decode
+
+from helpers import Run, assert_config_error, line_marks, lowerd
+from testkit.projects import copy_project
+
+PROJECT = Path(__file__).parent / "projects" / "verify"
+
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Run]:
+    folder = tmp_path_factory.mktemp("verify")
+    root = copy_project(PROJECT, folder / "verify")
+    cache = folder / "cache"
+    return root, cache, lowerd(root, cache, "verify", "--json")
+
+
+def result_of(run: Run, name: str) -> TargetResult:
+    raw = next(t for t in run.json()["targets"] if t["name"] == name)
+    return decode(TargetResult, raw)
+
+
+def test_a_failing_target_fails_the_command(verified: tuple[Path, Path, Run]) -> None:
+    _, _, run = verified
+    assert run.returncode == 1, run.log
+    verdicts = {t["name"]: t["verification"]["verdict"] for t in run.json()["targets"]}
+    assert verdicts == {
+        "clamped": "pass",
+        "broken_pass": "fail",
+        "two_methods": "pass",
+        "quantized": "pass",
+    }, run.log
+
+
+def test_a_dynamic_batch_passes_at_its_min_and_max(verified: tuple[Path, Path, Run]) -> None:
+    _, _, run = verified
+    verification = result_of(run, "clamped").verification
+    assert verification is not None and verification.reference == "eager"
+    method = verification.methods["forward"]
+    labels = [check.label for check in method.inputs]
+    assert labels == ["example", "verify_inputs[0]", "verify_inputs[1]"]
+    shapes = [check.outputs[0].shape for check in method.inputs]
+    assert shapes == [(2, 4), (1, 4), (8, 4)]
+    assert all(check.passed for check in method.inputs)
+    assert method.tolerance.atol == 1e-4 and "float32" in method.tolerance.why
+    assert 0 <= method.max_abs <= 1e-4
+
+
+def test_latency_is_split_by_partition_and_cpu_op(verified: tuple[Path, Path, Run]) -> None:
+    _, _, run = verified
+    verification = result_of(run, "clamped").verification
+    assert verification is not None
+    latency = verification.methods["forward"].latency
+    assert latency is not None and (latency.runs, latency.warmup) == (3, 1)
+    assert latency.host.startswith("this host") and "not the device" in latency.host
+    parts = {(part.name, part.kind) for part in latency.parts}
+    assert parts == {("XNNPACK #1", "delegate"), ("XNNPACK #2", "delegate"), ("aten.cumsum", "cpu")}
+    assert 0 < latency.median_ms <= latency.p90_ms
+    assert latency.summary("forward").startswith("forward ")
+    assert " here · XNNPACK #" in latency.summary("forward")
+
+
+def test_a_broken_pass_is_found_at_the_op_it_changed(verified: tuple[Path, Path, Run]) -> None:
+    root, _, run = verified
+    verification = result_of(run, "broken_pass").verification
+    assert verification is not None and verification.verdict == "fail"
+    method = verification.methods["forward"]
+    assert method.inputs[0].outputs[0].mismatched > 0
+    divergence = method.divergence
+    assert divergence is not None, run.log
+    assert divergence.op == "aten.relu in place of eager's aten.hardtanh"
+    assert divergence.partition == "XNNPACK #1"
+    assert (divergence.file, divergence.line) == line_marks(root)["hardtanh"]
+    # relu, then the cumsum and the linear after it
+    assert divergence.diverging == 3 and divergence.max_abs > 0.5
+    assert divergence.message().startswith("aten.relu in place of eager's aten.hardtanh on ")
+
+
+def test_two_methods_with_a_ptd_pass(verified: tuple[Path, Path, Run]) -> None:
+    _, _, run = verified
+    result = result_of(run, "two_methods")
+    assert [f.kind for f in result.data_files] == ["ptd"]
+    verification = result.verification
+    assert verification is not None
+    assert list(verification.methods) == ["forward", "lookup"]
+    assert all(method.verdict == "pass" for method in verification.methods.values())
+    lookup = verification.methods["lookup"].latency
+    assert lookup is not None and ("aten.embedding", "cpu") in {
+        (p.name, p.kind) for p in lookup.parts
+    }
+
+
+def test_a_quantized_target_is_held_to_its_float_model(verified: tuple[Path, Path, Run]) -> None:
+    _, _, run = verified
+    verification = result_of(run, "quantized").verification
+    assert verification is not None and verification.reference == "the float model"
+    method = verification.methods["forward"]
+    assert method.verdict == "pass"
+    assert (method.tolerance.atol, method.tolerance.rtol) == (0.1, 0.1)
+    assert "quantized" in method.tolerance.why
+    assert method.max_abs > 1e-4  # int8 is not the float model: the error is real
+
+
+def test_the_table_names_the_diverging_op(verified: tuple[Path, Path, Run]) -> None:
+    root, _, run = verified
+    shown = format_verification(run.json())
+    file, line = line_marks(root)["hardtanh"]
+    assert (
+        f"on XNNPACK #1 differs from eager by 2.09, first of 3 diverging ops at {file}:{line}"
+        in shown
+    )
+    assert "broken_pass: FAIL" in shown and "clamped: PASS" in shown
+    assert "runs on this host (" in shown
+
+
+def test_a_verified_program_is_not_run_again(verified: tuple[Path, Path, Run]) -> None:
+    root, cache, first = verified
+    shutil.rmtree(root / "build" / ".lowerd")  # no record: the target builds again
+    again = lowerd(root, cache, "verify", "clamped", "--json")
+    assert again.returncode == 0, again.log
+    verification = result_of(again, "clamped").verification
+    assert verification is not None and verification.reused
+    assert verification.methods == result_of(first, "clamped").verification.methods  # type: ignore[union-attr]
+
+
+def test_a_program_the_runtime_rejects_is_an_error_not_a_crash() -> None:
+    run = run_on_runtime(RunRequest(b"not a program" * 10, None, {"forward": [()]}, 0, 0))
+    assert run.error is not None and "Failed to load program" in run.error
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("atol = -1", "atol must be a number >= 0, got the integer -1"),
+        ("verify_runs = 1.5", "verify_runs must be a whole number >= 0"),
+    ],
+)
+def test_a_bad_setting_is_an_error_at_its_line(tmp_path: Path, line: str, message: str) -> None:
+    text = f'[tool.lowerd]\nverify = true\n{line}\n[tool.lowerd.targets.t]\nentry = "m.py:make"\n'
+    assert_config_error(tmp_path, text, 3, [message])
