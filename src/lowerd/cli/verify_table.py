@@ -71,7 +71,7 @@ def _rows(verification: Verification) -> list[str]:
     ]
     for name, method in verification.methods.items():
         table.extend(_method_rows(name, method))
-    lines = _aligned(table)
+    lines = _aligned(table) if len(table) > 1 else []
     for name, method in verification.methods.items():
         if method.divergence is not None:
             divergence = method.divergence

@@ -13,6 +13,7 @@ import contextlib
 import multiprocessing
 import os
 import pickle
+import re
 import signal
 import tempfile
 import traceback
@@ -144,8 +145,8 @@ def _profiles(
         etdump = folder / f"{name}.etdp"
         with _quiet_native_logs():
             program = runtime.load_program(request.pte, data_path=data_path, enable_etdump=True)
-            method = program.load_method(name)
             try:
+                method = program.load_method(name)
                 for _ in range(request.warmup + request.runs):
                     method.execute(list(inputs[0]))
             except Exception:  # the case runs say why; no latency for a method that fails
@@ -177,8 +178,31 @@ def _quiet_native_logs() -> Any:
         os.close(saved)
 
 
+# ExecuTorch's runtime/core/error.h: the codes its messages give in hex ("error: 0x:14").
+_ERRORS = {
+    0x01: "Internal",
+    0x02: "InvalidState",
+    0x10: "NotImplemented",
+    0x11: "NotSupported",
+    0x12: "InvalidArgument",
+    0x13: "InvalidType",
+    0x14: "OperatorMissing",
+    0x20: "NotFound",
+    0x21: "MemoryAllocationFailed",
+    0x22: "AccessFailed",
+    0x23: "InvalidProgram",
+    0x24: "InvalidExternalData",
+    0x25: "OutOfResources",
+    0x30: "DelegateInvalidCompatibility",
+    0x31: "DelegateMemoryAllocationFailed",
+    0x32: "DelegateInvalidHandle",
+}
+_CODE = re.compile(r"error: 0x:?([0-9a-fA-F]+)")
+
+
 def _runtime_message(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
+    text = _CODE.sub(lambda m: f"{m[0]} ({_ERRORS.get(int(m[1], 16), 'unknown')})", text)
     if isinstance(error, RuntimeError | ValueError):
         return text
     return f"{type(error).__name__}: {text}\n{traceback.format_exc(limit=3)}"
