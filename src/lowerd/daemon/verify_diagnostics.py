@@ -10,14 +10,13 @@ from lsprotocol import types
 from pygls.uris import from_fs_path
 
 from lowerd.daemon.diagnostics import (
-    SOURCE,
     FileDiagnostics,
     LineReader,
-    line_range,
+    error_diagnostic,
     read_lines_from_disk,
     site_of,
 )
-from lowerd.project.result import TargetResult
+from lowerd.project.result import ErrorInfo, TargetResult
 from lowerd.project.verification import MethodVerification, Verification
 from lowerd.worker.entry_site import Site
 
@@ -103,14 +102,10 @@ def _error(
     lines: LineReader,
     related: list[types.DiagnosticRelatedInformation] | None = None,
 ) -> types.Diagnostic:
-    return types.Diagnostic(
-        range=line_range(site, lines),
-        message=message,
-        severity=types.DiagnosticSeverity.Error,
-        source=SOURCE,
-        code=code,
-        related_information=related or None,
-    )
+    """An Error at the site, the message prefixed with its target already."""
+    diagnostic = error_diagnostic(site, ErrorInfo(code, message), None, lines)
+    diagnostic.related_information = related or None
+    return diagnostic
 
 
 def _add(found: FileDiagnostics, site: Site, diagnostic: types.Diagnostic) -> None:
