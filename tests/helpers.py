@@ -42,6 +42,17 @@ TRACEBACK = "Traceback (most recent call last)"
 # One deadline for every wait in the tests, in seconds. It is a bound on a hang, not a measure:
 # a loaded machine (CI, other engineers' runs) raises LOWERD_TEST_TIMEOUT_SCALE, never the tests.
 DEADLINE = 120 * float(os.environ.get("LOWERD_TEST_TIMEOUT_SCALE", "1"))
+# tests/projects/basic with tiny_linear alone: the cheapest build there is.
+ONE_TARGET = """\
+[tool.lowerd]
+backends = ["xnnpack"]
+out_dir = "build"
+
+[tool.lowerd.targets.tiny_linear]
+entry = "models/tiny_linear.py:make"
+"""
+OUT_DIR_LINE = 3  # of ONE_TARGET
+
 # A whole `lowerd build` of several targets in a fresh process (torch imports, lowering).
 RUN_DEADLINE = 5 * DEADLINE
 

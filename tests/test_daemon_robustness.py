@@ -41,6 +41,7 @@ from lowerd.worker.frames import encode_frame, read_frame
 
 from helpers import (
     DEADLINE,
+    ONE_TARGET,
     PROJECTS,
     RUN_DEADLINE,
     TRACEBACK,
@@ -53,14 +54,6 @@ from helpers import (
 
 pytestmark = pytest.mark.e2e
 
-ONE_TARGET = """\
-[tool.lowerd]
-backends = ["xnnpack"]
-out_dir = "build"
-
-[tool.lowerd.targets.tiny_linear]
-entry = "models/tiny_linear.py:make"
-"""
 FORK_SERVER = "lowerd.worker.forkserver"
 SIGKILL_BIT = 1 << (signal.SIGKILL - 1)  # in /proc/<pid>/status's signal masks
 PF_EXITING = 0x4  # <linux/sched.h>: in /proc/<pid>/stat's flags while the process exits

@@ -37,18 +37,9 @@ from lowerd.project.build_state import state_path
 from lowerd.project.config import ProjectConfig, TargetConfig, load_config
 from lowerd.project.result import TargetResult
 
-from helpers import PROJECTS, RUN_DEADLINE, TRACEBACK, lowerd, lowerd_env
+from helpers import ONE_TARGET, OUT_DIR_LINE, PROJECTS, RUN_DEADLINE, TRACEBACK, lowerd, lowerd_env
 from stock import importable_copy
 
-ONE_TARGET = """\
-[tool.lowerd]
-backends = ["xnnpack"]
-out_dir = "build"
-
-[tool.lowerd.targets.tiny_linear]
-entry = "models/tiny_linear.py:make"
-"""
-OUT_DIR_LINE = 3
 TINY_TMPFS = "size=16k"  # room for a folder or two, never for a .pte or a cache entry
 
 
@@ -141,6 +132,28 @@ def test_a_cache_that_stores_nothing_says_so_in_one_line(tmp_path: Path) -> None
         signal.signal(signal.SIGXFSZ, previous)
     assert stored == [False] * 3
     assert store.warnings() == [f"cache: 3 entries not stored in {store.root} (File too large)"]
+
+
+def test_a_disk_that_refuses_executorchs_temp_files_is_said_without_a_line(
+    project: Project,
+) -> None:
+    """RLIMIT_FSIZE fails flatc's temporary files (the serialized program, KBs) as a full temp
+    folder would: not the entry function's fault, and not blamed on its line."""
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2048, limits[1]))
+    try:
+        failed = project.build(BlobStore(project.cache.parent / "unused-cache"))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, previous)
+    try:
+        error = failed.error
+        assert error is not None and (error.file, error.line) == (None, None), error
+        assert error.message.startswith("ExecuTorch lowering failed: the disk refused "), error
+        assert error.message.endswith(": File too large (TMPDIR chooses the folder)"), error
+    finally:
+        project.restore()
 
 
 # report --html --------------------------------------------------------------------------------

@@ -8,11 +8,16 @@ line; before the entry is loaded, there is no line to give.
 
 from __future__ import annotations
 
+import errno
 import re
+import tempfile
 from dataclasses import dataclass
 
 from lowerd.project.errors import LowerdError
 from lowerd.project.source_map import UserFiles
+
+# A disk that refuses a file: full, over quota, read-only, past the file size limit.
+_DISK_REFUSALS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 
 # Advice torch appends to its errors about its own debugging switches: noise next to a file:line.
 _TORCH_HINT = re.compile(
@@ -37,7 +42,19 @@ class Blame:
         source = self.user_files.innermost_in_exception(error)
         if source is not None:
             return kind(message, source.file, source.line)
+        if isinstance(error, OSError) and error.errno in _DISK_REFUSALS:
+            return kind(f"{doing}: {temp_files_refused(error)}")  # the disk's doing, no line's
         return kind(message, self.file, self.line)
+
+
+def temp_files_refused(error: OSError) -> str:
+    """A disk refusing a file torch or ExecuTorch writes outside the project: their temporary
+    files (flatc's, the ETRecord's) go to the temp folder."""
+    which = f"the temporary file {error.filename}" if error.filename else "a temporary file"
+    return (
+        f"the disk refused {which} in {tempfile.gettempdir()}: {error.strerror or error} "
+        "(TMPDIR chooses the folder)"
+    )
 
 
 def summary(error: Exception, max_lines: int = 8) -> str:
