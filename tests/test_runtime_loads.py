@@ -6,6 +6,7 @@ runtime."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from lowerd.lowering.build import build_target
 from lowerd.project.batch import Batch
 from lowerd.project.config import load_config
 from lowerd.project.result import TargetResult
-from lowerd.project.wire import encode
+from lowerd.project.wire import decode, encode
 
 from helpers import PROJECTS, assert_config_error, line_marks
 from stock import importable_copy
@@ -76,6 +77,9 @@ def test_a_kernel_the_device_lacks_is_an_error_at_its_line(
     ]
     file, line = line_marks(project)["scan.cumsum"]
     assert errors == [(project / file, line)]
+    # What the worker pipe, the build record and --json carry reads back as it was written.
+    carried = decode(TargetResult, json.loads(json.dumps(encode(result))))
+    assert carried.runtime == result.runtime
     text = format_report({"targets": [encode(result)]}, 1.0)
     assert f"error: {file}:{line}: {CUMSUM} is not in the op list device_ops.yaml" in text
 
