@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from lowerd.cli.report_table import format_report
 from lowerd.cli.verify_table import format_verification
 from lowerd.lowering.runtime_run import RunRequest, run_on_runtime
+from lowerd.lowering.verify_compare import tolerance_for
 from lowerd.project.result import TargetResult
+from lowerd.project.verification import Tolerance
 from lowerd.project.wire import decode
 
 from helpers import Run, assert_config_error, line_marks, lowerd
@@ -43,7 +46,7 @@ def test_a_failing_target_fails_the_command(verified: tuple[Path, Path, Run]) ->
         "clamped": "pass",
         "broken_pass": "fail",
         "two_methods": "pass",
-        "quantized": "pass",
+        "quantized": "fail",
     }, run.log
 
 
@@ -106,14 +109,28 @@ def test_two_methods_with_a_ptd_pass(verified: tuple[Path, Path, Run]) -> None:
 
 
 def test_a_quantized_target_is_held_to_its_float_model(verified: tuple[Path, Path, Run]) -> None:
-    _, _, run = verified
+    """Under a tolerance int8 cannot meet, the first op off is the first quantized linear."""
+    root, _, run = verified
     verification = result_of(run, "quantized").verification
     assert verification is not None and verification.reference == "the float model"
     method = verification.methods["forward"]
-    assert method.verdict == "pass"
-    assert (method.tolerance.atol, method.tolerance.rtol) == (0.1, 0.1)
-    assert "quantized" in method.tolerance.why
-    assert method.max_abs > 1e-4  # int8 is not the float model: the error is real
+    assert method.verdict == "fail"
+    assert method.tolerance == Tolerance(0.001, 0.001, "atol/rtol, against the float model")
+    assert method.max_abs > 0.001  # int8 is not the float model: the error is real
+    divergence = method.divergence
+    assert divergence is not None, run.log
+    assert (divergence.op, divergence.partition) == ("aten.linear", "XNNPACK #1")
+    assert (divergence.file, divergence.line) == line_marks(root)["first"]
+
+
+def test_a_quantized_default_tolerance_is_the_quantized_one() -> None:
+    import torch
+
+    quantized = tolerance_for((torch.zeros(2),), True, None, None)
+    assert quantized == Tolerance(0.1, 0.1, "quantized default, against the float model")
+    half = tolerance_for((torch.zeros(2, dtype=torch.float16),), False, None, 0.5)
+    assert half == Tolerance(1e-2, 0.5, "atol/rtol")
+    assert tolerance_for((torch.zeros(2, dtype=torch.int64),), False, None, None).atol == 0.0
 
 
 def test_the_table_names_the_diverging_op(verified: tuple[Path, Path, Run]) -> None:
@@ -126,6 +143,20 @@ def test_the_table_names_the_diverging_op(verified: tuple[Path, Path, Run]) -> N
     )
     assert "broken_pass: FAIL" in shown and "clamped: PASS" in shown
     assert "runs on this host (" in shown
+
+
+def test_the_build_report_gives_refused_ops_their_measured_cpu_time(
+    verified: tuple[Path, Path, Run],
+) -> None:
+    _, _, run = verified
+    report = format_report(run.json(), 1.0)
+    verification = result_of(run, "clamped").verification
+    assert verification is not None and verification.methods["forward"].latency is not None
+    [cumsum] = [p for p in verification.methods["forward"].latency.parts if p.kind == "cpu"]
+    clamped = report[report.index("clamped: ") : report.index("broken_pass: ")]
+    assert "1× aten.cumsum.default  no XNNPACK support" in clamped
+    assert f"32 elements, {cumsum.median_ms:.3g} ms here)" in clamped
+    assert "  verified: PASS against eager on executorch " in clamped
 
 
 def test_a_verified_program_is_not_run_again(verified: tuple[Path, Path, Run]) -> None:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from lowerd.cli.verify_table import summary_lines
+from lowerd.cli.verify_table import measured_cpu, summary_lines, with_cpu_time
 from lowerd.project.report_page import sizes_text
 
 # Groups shown without --all: two lines each, so the refusals of a real model fit a screen.
@@ -58,7 +58,7 @@ def _target_lines(target: dict[str, Any], view: ReportView) -> list[str]:
         if view.all_ops or not method.get("refusals"):
             lines.extend(_op_line(op) for op in method["not_delegated"])
         else:
-            lines.extend(_group_lines(method))
+            lines.extend(_group_lines(method, measured_cpu(target.get("verification"), name)))
     lines.append("")
     return lines
 
@@ -79,9 +79,10 @@ def _op_line(op: dict[str, Any]) -> str:
     return line + (f"  ({' in '.join(origin)})" if origin else "")
 
 
-def _group_lines(method: dict[str, Any]) -> list[str]:
-    """The costliest groups, two lines each: what and why, then where and what it costs."""
-    groups = method["refusals"]
+def _group_lines(method: dict[str, Any], measured: dict[str, float] | None = None) -> list[str]:
+    """The costliest groups, two lines each: what and why, then where and what it costs; with
+    the CPU time verification measured on this host, each group's share, slowest first."""
+    groups = with_cpu_time(method["refusals"], measured or {})
     shown = groups[:SHOWN_GROUPS]
     splitting = [g for g in shown if g.get("boundaries")]
     lines = []
@@ -119,6 +120,8 @@ def _group_pair(group: dict[str, Any]) -> list[str]:
         merges = group["boundaries"]
         cost.append(f"merges {merges} partition{'s' if merges != 1 else ''}")
     cost.append(f"{_quantity(group.get('elements') or 0)} elements")
+    if "cpu_ms" in group:
+        cost.append(f"{group['cpu_ms']:.3g} ms here")
     first = f"      {group['count']}× {group['op']}  {group['reason']}  ({', '.join(cost)})"
     where = []
     library = _frame_text(group.get("library"), group.get("module_class"))

@@ -15,7 +15,7 @@ import sys
 from dataclasses import replace
 
 from lowerd.cli.build_output import progress_printer
-from lowerd.cli.exit_codes import EXIT_OK, EXIT_TARGET_FAILED
+from lowerd.cli.exit_codes import EXIT_TARGET_FAILED, exit_code
 from lowerd.cli.verify_table import format_verification
 from lowerd.project.batch import Batch
 from lowerd.project.config import choose_config, load_config, select_targets
@@ -40,7 +40,7 @@ def run_verify(args: argparse.Namespace) -> int:
         finally:
             if progress:
                 progress.clear()
-    document, _ = batch.outcome()
+    document, outcome = batch.outcome()
     for warning in document.get("warnings", []):
         sys.stderr.write(f"lowerd: {warning}\n")
     if args.json:
@@ -48,8 +48,5 @@ def run_verify(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         sys.stdout.write(format_verification(document))
-    passed = all(
-        result.ok and result.verification is not None and result.verification.passed
-        for result in batch.results.values()
-    )
-    return EXIT_OK if passed else EXIT_TARGET_FAILED
+    verified = all(result.verification is not None for result in batch.results.values())
+    return exit_code(outcome) if verified else EXIT_TARGET_FAILED

@@ -56,6 +56,40 @@ def summary_lines(raw: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def measured_cpu(raw: dict[str, Any] | None, method: str) -> dict[str, float]:
+    """The method's CPU ops as verification timed them on this host: "aten.cumsum" -> ms per
+    run (all its calls); empty when not measured."""
+    if raw is None:
+        return {}
+    verified = decode(Verification, raw).methods.get(method)
+    if verified is None or verified.latency is None:
+        return {}
+    parts = verified.latency.parts
+    return {part.name: part.median_ms * part.calls for part in parts if part.kind == "cpu"}
+
+
+def with_cpu_time(groups: list[dict[str, Any]], measured: dict[str, float]) -> list[dict[str, Any]]:
+    """Refusal groups with their measured CPU time ("cpu_ms": their op's time, shared among the
+    groups of that op by their counts), slowest first; as they were when nothing was measured."""
+    if not measured:
+        return groups
+    counts: dict[str, int] = {}
+    for group in groups:
+        counts[_base_op(group["op"])] = counts.get(_base_op(group["op"]), 0) + group["count"]
+    timed = []
+    for group in groups:
+        op = _base_op(group["op"])
+        if op in measured:
+            group = {**group, "cpu_ms": measured[op] * group["count"] / counts[op]}
+        timed.append(group)
+    return sorted(timed, key=lambda group: -group.get("cpu_ms", -1.0))
+
+
+def _base_op(op: str) -> str:
+    """ "aten.cumsum.default" as the runtime's kernel names it: "aten.cumsum"."""
+    return op.rsplit(".", 1)[0] if op.count(".") >= 2 else op
+
+
 def _heading(name: str, verification: Verification) -> str:
     reused = ", same program as verified before" if verification.reused else ""
     heading = f"{name}: {verification.verdict.upper()}  ({verification.runtime}, "

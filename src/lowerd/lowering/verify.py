@@ -24,7 +24,7 @@ from lowerd.lowering.divergence import first_divergence
 from lowerd.lowering.runtime_run import RunRequest, RuntimeRun, run_on_runtime
 from lowerd.lowering.stages import BuildContext, Emitted
 from lowerd.lowering.verify_compare import check_case, tolerance_for
-from lowerd.lowering.verify_reference import Reference
+from lowerd.lowering.verify_reference import Reference, float_program
 from lowerd.project.build_state import tool_versions
 from lowerd.project.verification import (
     Latency,
@@ -117,9 +117,11 @@ def _localized(
             continue
         case = reference.cases[name][failing[0]]
         try:
+            floats = reference.floats.get(name)
+            exported = float_program(floats) if floats else reference.programs[name]
             lowered = edge.exported_program(name)
             found = first_divergence(
-                reference.programs[name], lowered, case.inputs, method.tolerance, ctx.user_files
+                exported, lowered, case.inputs, method.tolerance, ctx.user_files
             )
         except Exception:  # noqa: BLE001 - an op the interpreter cannot run: no op named
             found = None

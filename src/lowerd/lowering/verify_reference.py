@@ -39,6 +39,9 @@ class Reference:
     quantized: bool
     # Each method's ExportedProgram, once exported: the eager ops a diverging op is found among.
     programs: Mapping[str, Any] = field(default_factory=dict)
+    # A quantized target's float methods, untouched: exported when a divergence is looked for,
+    # their ops are the float model's (what the quantized program is held to).
+    floats: Mapping[str, Method] = field(default_factory=dict)
 
     def digest(self) -> str:
         """The inputs and eager outputs, by their bytes: part of the verification's memo key."""
@@ -66,7 +69,27 @@ def eager_reference(ctx: BuildContext, loaded: Loaded) -> Reference | None:
         for name, method in loaded.methods.items()
     }
     quantized = target.quantize is not None or target.recipe is not None and _quantizing(ctx)
-    return Reference(cases, quantized)
+    floats = {name: _copy(method) for name, method in loaded.methods.items()} if quantized else {}
+    return Reference(cases, quantized, floats=floats)
+
+
+def _copy(method: Method) -> Method:
+    return Method(
+        copy.deepcopy(method.module),
+        method.args,
+        method.kwargs,
+        dynamic_shapes=method.dynamic_shapes,
+    )
+
+
+def float_program(method: Method) -> Any:
+    """The float method exported as torch.export does by default: the eager ops to compare a
+    quantized program's with."""
+    import torch
+
+    return torch.export.export(
+        method.module, tuple(method.args), dict(method.kwargs), dynamic_shapes=method.dynamic_shapes
+    )
 
 
 def _cases(ctx: BuildContext, name: str, method: Method, samples: list[Any]) -> tuple[Case, ...]:

@@ -81,9 +81,14 @@ class Batch:
             discard_failed_output(self.config, result)
         warnings = self.refused + cache_warnings(self.config, self.use_cache, results)
         document = encode(BuildDocument(str(self.config.path), results, warnings))
-        # A .pte its runtime would refuse is written, and still a failure of the build.
-        failed = any(not result.ok or not result.loads for result in results)
+        # A .pte its runtime would refuse is written, and still a failure of the build; so is
+        # one whose verification failed (it runs, but not as eager does).
+        failed = any(not result.ok or not result.loads or _unverified(result) for result in results)
         return document, "target_failed" if failed else "ok"
+
+
+def _unverified(result: TargetResult) -> bool:
+    return result.verification is not None and not result.verification.passed
 
 
 def cache_warnings(

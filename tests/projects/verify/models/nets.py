@@ -13,7 +13,7 @@ class Clamped(nn.Module):
         self.last = nn.Linear(16, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.first(x)
+        h = self.first(x)  # LINE-MARK: first
         h = torch.nn.functional.hardtanh(h)  # the op a broken pass changes LINE-MARK: hardtanh
         h = torch.cumsum(h, 1)
         return self.last(h)
