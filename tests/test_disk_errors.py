@@ -26,19 +26,21 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from lowerd.cache.store import BlobStore
 from lowerd.lowering.build import build_target
+from lowerd.project.batch import Batch
 from lowerd.project.build_state import state_path
 from lowerd.project.config import ProjectConfig, TargetConfig, load_config
-from lowerd.project.result import TargetResult
+from lowerd.project.result import CacheSummary, TargetResult
 
 from helpers import ONE_TARGET, OUT_DIR_LINE, PROJECTS, RUN_DEADLINE, TRACEBACK, lowerd, lowerd_env
 from stock import importable_copy
+from testkit.projects import copy_project
 
 TINY_TMPFS = "size=16k"  # room for a folder or two, never for a .pte or a cache entry
 
@@ -154,6 +156,36 @@ def test_a_disk_that_refuses_executorchs_temp_files_is_said_without_a_line(
         assert error.message.endswith(": File too large (TMPDIR chooses the folder)"), error
     finally:
         project.restore()
+
+
+@pytest.mark.parametrize("chosen_by", ["cache_dir", "LOWERD_CACHE_DIR"])
+def test_the_targets_cache_lines_are_said_once_at_the_cache_dir_line(
+    chosen_by: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two targets whose workers met the same full cache: one warning, at the cache_dir key
+    when the config chose the folder."""
+    root = copy_project(PROJECTS / "basic", tmp_path / "basic")
+    config_path = root / "pyproject.toml"
+    text = config_path.read_text().replace(
+        'out_dir = "build"\n', 'out_dir = "build"\ncache_dir = "c"\n'
+    )
+    config_path.write_text(text)
+    if chosen_by == "cache_dir":
+        monkeypatch.delenv("LOWERD_CACHE_DIR", raising=False)
+    else:
+        monkeypatch.setenv("LOWERD_CACHE_DIR", str(tmp_path / "env-cache"))
+    full = f"cache: 2 entries not stored in {root / 'c'} (No space left on device)"
+    batch = Batch.load(config_path, ["tiny_linear", "refused"], use_cache=True)
+    for name in ("tiny_linear", "refused"):
+        failed = TargetResult.failed(name, "output-error", "out_dir: cannot write")
+        batch.results[name] = replace(failed, cache=CacheSummary(problems=(full,)))
+    document, outcome = batch.outcome()
+    cache_dir_line = text.splitlines().index('cache_dir = "c"') + 1
+    said = {
+        "cache_dir": f"pyproject.toml:{cache_dir_line}: cache_dir: {full.removeprefix('cache: ')}",
+        "LOWERD_CACHE_DIR": full,
+    }
+    assert (document["warnings"], outcome) == ([said[chosen_by]], "target_failed")
 
 
 # report --html --------------------------------------------------------------------------------

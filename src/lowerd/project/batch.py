@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from lowerd.project.build_state import discard_failed_output, read_state, still_standing
 from lowerd.project.config import ProjectConfig, TargetConfig, load_config, select_targets
-from lowerd.project.project_store import store_for
+from lowerd.project.disk_errors import key_line
+from lowerd.project.project_store import configured_cache_dir, store_for
 from lowerd.project.result import TargetResult, remote_warnings
 from lowerd.project.wire import encode
 
@@ -96,7 +97,19 @@ def cache_warnings(
 ) -> list[str]:
     """What of the blob cache, or of its remote tier, a build's results (or a compare's,
     project/compare.py) could not use; the local store is trimmed to its cap first."""
-    return _store_warnings(config, use_cache, results) + remote_warnings(results)
+    local = _store_warnings(config, use_cache, results)
+    if where := _cache_dir_key(config):
+        local = [where + line.removeprefix("cache: ") for line in local]
+    return local + remote_warnings(results)
+
+
+def _cache_dir_key(config: ProjectConfig) -> str:
+    """`pyproject.toml:N: cache_dir: ` when the config's cache_dir chose the cache (a problem
+    of it is that key's to fix), else nothing ($LOWERD_CACHE_DIR or the user's cache)."""
+    if configured_cache_dir(config) is None:
+        return ""
+    line = key_line(config, "cache_dir")
+    return f"{config.path.name}:{line}: cache_dir: " if line else f"{config.path.name}: cache_dir: "
 
 
 def _store_warnings(

@@ -24,9 +24,7 @@ K = TypeVar("K")
 
 
 def store_for(config: ProjectConfig | None) -> BlobStore:
-    root = default_cache_dir()
-    if config is not None and config.cache_dir is not None and "LOWERD_CACHE_DIR" not in os.environ:
-        root = config.cache_dir
+    root = configured_cache_dir(config) or default_cache_dir()
     max_bytes = DEFAULT_MAX_BYTES
     if config is not None and config.cache_max_size:
         max_bytes = _size(config, "cache_max_size", config.cache_max_size)
@@ -34,6 +32,13 @@ def store_for(config: ProjectConfig | None) -> BlobStore:
     if remote is None:
         return BlobStore(root, max_bytes)
     return TieredStore(root, remote_tier(remote, config), max_bytes)
+
+
+def configured_cache_dir(config: ProjectConfig | None) -> Path | None:
+    """The config's cache_dir when it chooses the cache ($LOWERD_CACHE_DIR wins over it)."""
+    if config is None or "LOWERD_CACHE_DIR" in os.environ:
+        return None
+    return config.cache_dir
 
 
 def remote_tier(remote: RemoteCacheConfig, config: ProjectConfig | None) -> RemoteTier:
