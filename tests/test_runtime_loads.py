@@ -122,6 +122,7 @@ def test_oplist_is_gen_oplists_and_declares_a_runtime_that_loads(
     config = load_config(project / "pyproject.toml")
     rebuilt = build_target(config, config.targets["device"], None)
     assert rebuilt.runtime is not None and rebuilt.runtime.loads, rebuilt.runtime
+    assert rebuilt.reused == "same-program"  # a new runtime checks the program, never relowers it
 
 
 def test_a_functions_yaml_op_list_is_read_too(project: Path, tmp_path: Path) -> None:

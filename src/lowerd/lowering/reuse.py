@@ -18,7 +18,8 @@ from lowerd.lowering.program_fingerprint import ProgramFingerprint, moved_lines
 from lowerd.lowering.stages import Exported
 from lowerd.project.build_state import (
     TargetState,
-    target_inputs_digest,
+    program_inputs_digest,
+    target_inputs,
     why_outputs_not_kept,
     why_program_not_kept,
 )
@@ -35,7 +36,9 @@ class PreviousBuild:
 
     state: TargetState | None  # the last build's record; this build is explained against it
     reuse: bool  # False: lower afresh whatever the record says (`--no-reuse`)
-    inputs_digest: str  # this build's configuration and tool versions (target_inputs_digest)
+    # this build's configuration and tool versions, those that decide the program's bytes
+    # (program_inputs_digest)
+    inputs_digest: str
     # Why the last build's .pte or a data file beside it no longer stands (missing, modified);
     # None when they are as it wrote them, or when there is nothing to keep.
     outputs_changed: str | None = None
@@ -58,7 +61,8 @@ def previous_build(
     """The last build's record with what the decision needs from the disk: whether its outputs
     are still as it wrote them (stat, and a hash when the stat moved)."""
     outputs = why_outputs_not_kept(config, target, state) if state and reuse else None
-    return PreviousBuild(state, reuse, target_inputs_digest(config, target), outputs)
+    inputs = program_inputs_digest(target_inputs(config, target))
+    return PreviousBuild(state, reuse, inputs, outputs)
 
 
 def decide_reuse(target: TargetConfig, exported: Exported, previous: PreviousBuild) -> Reuse:

@@ -332,7 +332,7 @@ def why_not_kept(
     (None: the program holds a value with no stable digest); else why not, in words, for
     `lowerd explain`. Here, torch-free, so that a Ray build's client says it of the build its
     node made (cli/ray_outputs.py) as lowering/reuse.py says it of its own."""
-    inputs = target_inputs_digest(config, target)
+    inputs = program_inputs_digest(target_inputs(config, target))
     why = why_program_not_kept(target, previous, digests, inputs)
     if why is None and previous is not None:
         why = why_outputs_not_kept(config, target, previous)
@@ -346,7 +346,7 @@ def why_program_not_kept(
     inputs_digest: str,
 ) -> str | None:
     """why_not_kept's part that reads no file: whether the program and its lowering are the
-    last build's (`inputs_digest`: this build's target_inputs_digest)."""
+    last build's (`inputs_digest`: this build's program_inputs_digest)."""
     # An ETRecord holds the programs' source lines, which an edit that keeps the program may
     # move: it is written afresh. Transform passes are the user's code, which the program's
     # digest does not cover: a build that runs them lowers afresh; so are custom partitioners
@@ -364,7 +364,9 @@ def why_program_not_kept(
         return f"whole_program's {whole_program['backend_id']}: code the digest cannot see"
     if digests is None:
         return "the program holds a value with no stable digest"
-    if previous.inputs_digest != inputs_digest:
+    # A record older than the named inputs has only the whole digest: it lowers afresh.
+    earlier = program_inputs_digest(previous.inputs) if previous.inputs else previous.inputs_digest
+    if earlier != inputs_digest:
         return INPUTS_CHANGED
     if previous.method_digests != digests:
         methods = previous.method_digests.keys() | digests.keys()
@@ -405,6 +407,17 @@ def still_standing(
 def target_inputs_digest(config: ProjectConfig, target: TargetConfig) -> str:
     """Everything besides the source files that decides a target's bytes."""
     return inputs_digest(target_inputs(config, target))
+
+
+# Parts of a target's inputs that decide what is checked or written beside its program, never the
+# program's bytes: a change makes the target stale, and its rebuild keeps the .pte (the runtime
+# check and the .bpte are made again for a kept one, lowering/build.py).
+BESIDE_PROGRAM = ("runtime", "bundled")
+
+
+def program_inputs_digest(inputs: dict[str, str]) -> str:
+    """The digest of the inputs that decide the program's bytes: all but BESIDE_PROGRAM's."""
+    return inputs_digest({k: v for k, v in inputs.items() if k not in BESIDE_PROGRAM})
 
 
 def inputs_digest(inputs: dict[str, str]) -> str:

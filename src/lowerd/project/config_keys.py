@@ -501,7 +501,7 @@ KEYS: tuple[Key, ...] = (
         "itself (`executorch.devtools.bundled_program`). Byte-identical to "
         "`serialize_from_bundled_program_to_flatbuffer(BundledProgram(...))` as `lowerd "
         "stock-script` writes it out; listed in the result's `data_files`. Turning it on or off "
-        "rebuilds the target.",
+        "keeps the .pte and writes or removes the .bpte.",
         values.flag,
         default=False,
     ),
@@ -538,7 +538,8 @@ KEYS: tuple[Key, ...] = (
         "with torchgen's own parser; `backends` the backend ids it registers. Every kernel the "
         "program needs that the runtime lacks is an error at the op's line, every delegate whose "
         "backend it does not register too; `lowerd build` then exits 1. The op list's file is an "
-        "input of the build. A target's keys are laid over the project's, key by key.",
+        "input of the build; a change checks the program again and keeps it. A target's keys "
+        "are laid over the project's, key by key.",
         runtime_options.runtime_settings,
         default={},
         shown_default="this host's runtime",
