@@ -508,6 +508,40 @@ async def test_an_error_shows_at_its_line(editor: Editor, line: str, code: str, 
     await editor.until("error gone", lambda: not editor.at("net.edit"))
 
 
+async def test_a_runtime_without_a_kernel_and_a_regressed_baseline_show_at_their_lines(
+    editor: Editor,
+) -> None:
+    """[runtime] ops without cumsum and pow: an Error at each op's line (the .pte would not
+    load); a committed baseline whose coverage the build falls short of: a Warning at the
+    target's entry (docs/runtime.md)."""
+    editor.open("models/refused.py")
+    (editor.path("device_ops.yaml")).write_text("operators: {}\n")  # a runtime with no kernel
+    (editor.path("lowerd.baseline.toml")).write_text("[targets.refused]\ncoverage_percent = 100\n")
+    original = editor.path("pyproject.toml").read_text()
+    entry = 'entry = "models/refused.py:make"\n'
+    since = len(editor.events)
+    editor.save(
+        "pyproject.toml", original.replace(entry, entry + 'runtime.ops = "device_ops.yaml"\n')
+    )
+    try:
+        await editor.until("missing kernel", lambda: editor.at("refused.cumsum", "missing-kernel"))
+        [cumsum] = editor.at("refused.cumsum", "missing-kernel")
+        assert cumsum.severity == types.DiagnosticSeverity.Error
+        assert "aten::cumsum.out is not in the op list device_ops.yaml" in cumsum.message
+        assert editor.at("refused.pow", "missing-kernel")
+        [regressed] = editor.at("refused.entry", "baseline-regression")
+        assert regressed.severity == types.DiagnosticSeverity.Warning
+        assert "coverage_percent regressed from 100 to 50" in regressed.message
+    finally:
+        editor.path("lowerd.baseline.toml").unlink()
+        since = len(editor.events)
+        editor.save("pyproject.toml", original)
+        editor.path("device_ops.yaml").unlink()
+    await editor.built("refused", since)
+    await editor.until("errors gone", lambda: not editor.at("refused.cumsum", "missing-kernel"))
+    assert not editor.at("refused.entry", "baseline-regression")
+
+
 async def test_a_builds_diagnostics_come_before_its_build_finished(editor: Editor) -> None:
     """A client that acts on lowerd/buildFinished (a status line, a test) finds the build's
     diagnostics already published. A build that fails sends no partitioned report first, so
