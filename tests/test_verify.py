@@ -45,7 +45,7 @@ def test_a_failing_target_fails_the_command(verified: tuple[Path, Path, Run]) ->
     assert verdicts == {
         "clamped": "pass",
         "broken_pass": "fail",
-        "two_methods": "pass",
+        "two_methods": "fail",
         "quantized": "fail",
     }, run.log
 
@@ -94,18 +94,31 @@ def test_a_broken_pass_is_found_at_the_op_it_changed(verified: tuple[Path, Path,
     assert divergence.message().startswith("aten.relu in place of eager's aten.hardtanh on ")
 
 
-def test_two_methods_with_a_ptd_pass(verified: tuple[Path, Path, Run]) -> None:
-    _, _, run = verified
+def test_two_methods_with_a_ptd_run_and_a_kernels_rounding_is_found_on_the_runtime(
+    verified: tuple[Path, Path, Run],
+) -> None:
+    """Both methods run with the .ptd; held to no tolerance, forward's first partition's
+    output, read from the runtime's debug buffer, is where it parts from eager."""
+    root, _, run = verified
     result = result_of(run, "two_methods")
     assert [f.kind for f in result.data_files] == ["ptd"]
     verification = result.verification
-    assert verification is not None
+    assert verification is not None and verification.verdict == "fail"
     assert list(verification.methods) == ["forward", "lookup"]
-    assert all(method.verdict == "pass" for method in verification.methods.values())
+    forward = verification.methods["forward"]
+    assert all(check.error is None for check in forward.inputs)
+    assert 0 < forward.max_abs < 1e-5
+    divergence = forward.divergence
+    assert divergence is not None, run.log
+    assert (divergence.found_by, divergence.partition) == ("partition", "XNNPACK #1")
+    assert (divergence.op, (divergence.file, divergence.line)) == (
+        "aten.hardtanh",
+        line_marks(root)["hardtanh"],
+    )
+    assert divergence.message().startswith("the output of XNNPACK #1 (aten.hardtanh) differs")
     lookup = verification.methods["lookup"].latency
-    assert lookup is not None and ("aten.embedding", "cpu") in {
-        (p.name, p.kind) for p in lookup.parts
-    }
+    assert lookup is not None
+    assert ("aten.embedding", "cpu") in {(p.name, p.kind) for p in lookup.parts}
 
 
 def test_a_quantized_target_is_held_to_its_float_model(verified: tuple[Path, Path, Run]) -> None:

@@ -14,11 +14,11 @@ op is named (the runtime's outputs say so by themselves).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lowerd.lowering.runtime_profile import op_name
+from lowerd.lowering.runtime_profile import Instruction, op_name
 from lowerd.project.backends import backend_by_details_class
 from lowerd.project.source_map import UserFiles
 from lowerd.project.verification import Divergence, Tolerance
@@ -58,6 +58,58 @@ def first_divergence(
     return _located(op, gap, len(diverging), eager[origin].op, user_files)
 
 
+def first_diverging_partition(
+    exported: Any,
+    lowered: Any,
+    intermediates: Mapping[int, tuple[Any, ...]],
+    chain: Sequence[Instruction | None],
+    inputs: tuple[Any, ...],
+    tolerance: Tolerance,
+    user_files: UserFiles,
+) -> Divergence | None:
+    """The first delegate partition whose outputs on the runtime (its debug buffer, by
+    instruction) differ from the eager values of the ops they stand for: where the backend's
+    kernels part from eager when every op of the program agrees with it. Named by the op whose
+    value its first diverging output is, at that op's line."""
+    eager = _eager_values(exported, inputs)
+    calls = [n for n in lowered.graph.nodes if _is_delegate_call(n)]
+    delegates = [(i, part) for i, part in enumerate(chain) if part and part.kind == "delegate"]
+    diverging = []
+    for (instruction, part), call in zip(delegates, calls, strict=False):
+        # A delegate call logs its arguments, inputs then outputs: the outputs are the last.
+        logged = intermediates.get(instruction, ())
+        count = len(call.meta["val"]) if isinstance(call.meta.get("val"), list | tuple) else 1
+        outputs = logged[len(logged) - count :] if len(logged) >= count else ()
+        for getitem in sorted(call.users, key=lambda user: user.args[1] if user.args else 0):
+            index, origin = getitem.args[1] if len(getitem.args) > 1 else 0, _root(getitem)
+            if origin not in eager or index >= len(outputs):
+                continue
+            gap = _gap(outputs[index], eager[origin], tolerance)
+            if gap is not None:
+                diverging.append((part.name, gap, eager[origin]))
+                break
+    if not diverging:
+        return None
+    partition, gap, value = diverging[0]
+    source = user_files.innermost_in_stack_trace(value.stack_trace)
+    library = user_files.innermost_library_frame(value.stack_trace)
+    return Divergence(
+        value.op,
+        partition,
+        gap,
+        len(diverging),
+        user_files.display(source.file) if source else None,
+        source.line if source else None,
+        library.file if library else None,
+        library.line if library else None,
+        found_by="partition",
+    )
+
+
+def _is_delegate_call(node: Any) -> bool:
+    return getattr(node.target, "__name__", "") == "executorch_call_delegate"
+
+
 def _located(op: OpValue, gap: float, count: int, origin: str, files: UserFiles) -> Divergence:
     stack = op.node.meta.get("stack_trace")
     source = files.innermost_in_stack_trace(stack)
@@ -87,7 +139,7 @@ def _eager_values(exported: Any, inputs: tuple[Any, ...]) -> dict[str, Any]:
         def run_node(self, node: Any) -> Any:
             value = super().run_node(node)
             if node.op == "call_function":
-                values[node.name] = _EagerValue(value, _op_of(node))
+                values[node.name] = _EagerValue(value, _op_of(node), node.meta.get("stack_trace"))
             return value
 
     with torch.no_grad():
@@ -99,6 +151,7 @@ def _eager_values(exported: Any, inputs: tuple[Any, ...]) -> dict[str, Any]:
 class _EagerValue:
     value: Any
     op: str
+    stack_trace: str | None = None
 
 
 def _lowered_values(lowered: Any, inputs: tuple[Any, ...]) -> Iterator[OpValue]:
@@ -138,9 +191,14 @@ def _lowered_values(lowered: Any, inputs: tuple[Any, ...]) -> Iterator[OpValue]:
 
 
 def _origin(node: Any) -> str | None:
-    """The exported program's node this one came from: the root of its from_node chain."""
+    """The exported program's node this one came from: the root of its from_node chain (none
+    for a delegate call and the getitems taking its outputs apart)."""
     if getattr(node.target, "__name__", "") in ("getitem", "executorch_call_delegate"):
         return None
+    return _root(node)
+
+
+def _root(node: Any) -> str | None:
     sources = node.meta.get("from_node")
     name = None
     while sources:

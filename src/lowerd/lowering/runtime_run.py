@@ -46,6 +46,9 @@ class RuntimeRun:
     cases: Mapping[str, tuple[CaseRun, ...]] = field(default_factory=dict)
     profiles: Mapping[str, MethodProfile] = field(default_factory=dict)
     error: str | None = None
+    # With `debug`: each method's intermediate outputs on its first input tuple, by the
+    # instruction of its chain that made them (a delegate call's outputs, a kernel's).
+    intermediates: Mapping[str, Mapping[int, tuple[Any, ...]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class RunRequest:
     inputs: Mapping[str, Sequence[Sequence[Any]]]
     warmup: int
     runs: int
+    debug: bool = False  # also each method's intermediate outputs (ETDump's debug buffer)
 
 
 def run_on_runtime(request: RunRequest) -> RuntimeRun:
@@ -113,7 +117,44 @@ def _run(request: RunRequest) -> RuntimeRun:
         profiles = {}
         if request.runs:
             profiles = _profiles(runtime, request, data_path, Path(folder))
-    return RuntimeRun(cases, profiles)
+        intermediates = {}
+        if request.debug:
+            intermediates = _intermediates(runtime, request, data_path, Path(folder))
+    return RuntimeRun(cases, profiles, intermediates=intermediates)
+
+
+def _intermediates(
+    runtime: Any, request: RunRequest, data_path: Path | None, folder: Path
+) -> dict[str, dict[int, tuple[Any, ...]]]:
+    """Each method run once on its first input tuple with the debug buffer on: what each
+    instruction output, read back by ExecuTorch's Inspector."""
+    from executorch.devtools import Inspector
+
+    found = {}
+    for name, inputs in request.inputs.items():
+        etdump, buffer = folder / f"{name}.debug.etdp", folder / f"{name}.debug.bin"
+        with _quiet_native_logs():
+            program = runtime.load_program(
+                request.pte,
+                data_path=data_path,
+                enable_etdump=True,
+                debug_buffer_size=DEBUG_BUFFER_BYTES,
+            )
+            program.load_method(name).execute(list(inputs[0]))
+            program.write_etdump_result_to_file(str(etdump), str(buffer))
+            inspector = Inspector(etdump_path=str(etdump), debug_buffer_path=str(buffer))
+        found[name] = {
+            event._instruction_id: tuple(_cloned(value) for value in event.debug_data)
+            for block in inspector.event_blocks
+            for event in block.events
+            if event.debug_data and not event.is_delegated_op and event._instruction_id is not None
+        }
+    return found
+
+
+def _cloned(value: Any) -> Any:
+    clone = getattr(value, "clone", None)
+    return clone() if clone is not None else value
 
 
 def _cases(program: Any, name: str, inputs: Sequence[Sequence[Any]]) -> tuple[CaseRun, ...]:

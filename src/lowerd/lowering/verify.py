@@ -20,15 +20,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lowerd.lowering.divergence import first_divergence
+from lowerd.lowering.divergence import first_divergence, first_diverging_partition
+from lowerd.lowering.runtime_profile import method_instructions
 from lowerd.lowering.runtime_run import RunRequest, RuntimeRun, run_on_runtime
 from lowerd.lowering.stages import BuildContext, Emitted
 from lowerd.lowering.verify_compare import check_case, tolerance_for
 from lowerd.lowering.verify_reference import Reference, float_program
 from lowerd.project.build_state import tool_versions
 from lowerd.project.verification import (
+    Divergence,
     Latency,
     MethodVerification,
+    Tolerance,
     Verification,
     VerifySettings,
     verdict_of,
@@ -75,7 +78,9 @@ def verify_program(
     run = run_on_runtime(RunRequest(pte, ptd, inputs, settings.warmup, settings.runs))
     verification = _verification(reference, settings, run, time.perf_counter() - started)
     if edge is not None and verification.verdict == "fail":
-        verification = _localized(ctx, reference, edge, verification)
+        verification = _localized(ctx, reference, (pte, ptd, edge), verification)
+    elif edge is None and ctx.store is not None:  # a kept program, measured again: the same ops
+        verification = _divergences_of(verification, _remembered(ctx, key))
     if ctx.store is not None and verification.verdict != "error":  # a crash may be this host's
         ctx.store.put(key, _packed(verification), MEMO_KIND)
     return verification
@@ -105,11 +110,15 @@ def _verification(
 
 
 def _localized(
-    ctx: BuildContext, reference: Reference, edge: Any, verification: Verification
+    ctx: BuildContext,
+    reference: Reference,
+    program: tuple[bytes, bytes | None, Any],
+    verification: Verification,
 ) -> Verification:
     """Each failing method with the first op whose value differs from eager's on its first
-    failing input (lowering/divergence.py). Finding it is a help, never the verdict: a program
-    it cannot follow is reported without one."""
+    failing input (lowering/divergence.py), else the first delegate partition whose outputs on
+    the runtime do. Finding it is a help, never the verdict: a program it cannot follow is
+    reported without one."""
     methods = dict(verification.methods)
     for name, method in verification.methods.items():
         failing = [i for i, check in enumerate(method.inputs) if not check.passed]
@@ -117,15 +126,47 @@ def _localized(
             continue
         case = reference.cases[name][failing[0]]
         try:
-            floats = reference.floats.get(name)
-            exported = float_program(floats) if floats else reference.programs[name]
-            lowered = edge.exported_program(name)
-            found = first_divergence(
-                exported, lowered, case.inputs, method.tolerance, ctx.user_files
-            )
+            found = _divergence(ctx, reference, program, name, case.inputs, method.tolerance)
         except Exception:  # noqa: BLE001 - an op the interpreter cannot run: no op named
             found = None
         methods[name] = replace(method, divergence=found)
+    return replace(verification, methods=methods)
+
+
+def _divergence(
+    ctx: BuildContext,
+    reference: Reference,
+    program: tuple[bytes, bytes | None, Any],
+    name: str,
+    inputs: tuple[Any, ...],
+    tolerance: Tolerance,
+) -> Divergence | None:
+    pte, ptd, edge = program
+    floats = reference.floats.get(name)
+    exported = float_program(floats) if floats else reference.programs[name]
+    lowered = edge.exported_program(name)
+    found = first_divergence(exported, lowered, inputs, tolerance, ctx.user_files)
+    if found is not None:
+        return found
+    run = run_on_runtime(RunRequest(pte, ptd, {name: [inputs]}, 0, 0, debug=True))
+    chain = method_instructions(pte).get(name, [])
+    intermediates = run.intermediates.get(name, {})
+    return first_diverging_partition(
+        exported, lowered, intermediates, chain, inputs, tolerance, ctx.user_files
+    )
+
+
+def _divergences_of(verification: Verification, before: Verification | None) -> Verification:
+    """The divergences found when the same program was verified before, on the methods that
+    fail again (a kept program has no lowered program at hand to look in)."""
+    if before is None:
+        return verification
+    methods = {
+        name: replace(method, divergence=before.methods[name].divergence)
+        if method.verdict == "fail" and name in before.methods
+        else method
+        for name, method in verification.methods.items()
+    }
     return replace(verification, methods=methods)
 
 

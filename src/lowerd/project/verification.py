@@ -117,10 +117,20 @@ class Divergence:
     line: int | None = field(default=None, metadata=_ONLY_GIVEN)
     library_file: str | None = field(default=None, metadata=_ONLY_GIVEN)
     library_line: int | None = field(default=None, metadata=_ONLY_GIVEN)
+    # "op": the op itself, as the program computes it before the backends' kernels; "partition":
+    # the partition's output on the runtime (its debug buffer), every op agreeing before it.
+    found_by: Literal["op", "partition"] = "op"
 
     def message(self) -> str:
         """ "aten.hardtanh on XNNPACK #1 differs from eager by 0.93, first of 4 diverging ops"."""
         where = self.partition or "the CPU"
+        if self.found_by == "partition":
+            first = (
+                f", first of {self.diverging} diverging partitions" if self.diverging > 1 else ""
+            )
+            return (
+                f"the output of {where} ({self.op}) differs from eager by {self.max_abs:.3g}{first}"
+            )
         first = f", first of {self.diverging} diverging ops" if self.diverging > 1 else ""
         return f"{self.op} on {where} differs from eager by {self.max_abs:.3g}{first}"
 
