@@ -94,3 +94,28 @@ async def test_a_pte_the_runtime_cannot_run_is_an_error_and_the_server_goes_on(
     assert any("forward " in title and " ms here · XNNPACK #1 " in title for title in titles), (
         titles
     )
+
+
+async def hover(editor: LspDriver, mark: str) -> str:
+    relative, line = line_marks(editor.root)[mark]
+    found = await editor.answer(
+        editor.client.text_document_hover_async(
+            types.HoverParams(
+                types.TextDocumentIdentifier(editor.uri(relative)), types.Position(line - 1, 8)
+            )
+        )
+    )
+    assert found is not None, mark
+    assert isinstance(found.contents, types.MarkupContent)
+    return found.contents.value
+
+
+async def test_hover_gives_the_verdict_the_latency_and_the_cpu_time(editor: LspDriver) -> None:
+    entry = await hover(editor, "make")
+    assert "**lowerd** · broken_pass · fail against eager on executorch " in entry
+    assert "- forward: max abs error " in entry and " ms here · XNNPACK #" in entry
+    assert "not the device" in entry
+    cumsum = await hover(editor, "cumsum")
+    assert "- forward: `aten.cumsum` " in cumsum and " ms per run on the CPU kernels" in cumsum
+    diverging = await hover(editor, "hardtanh")
+    assert "- forward: aten.relu in place of eager's aten.hardtanh on XNNPACK #1" in diverging

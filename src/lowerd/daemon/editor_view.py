@@ -46,7 +46,11 @@ from lowerd.daemon.diagnostics import (
     utf16_length,
 )
 from lowerd.daemon.session import ProjectSession, same_file
-from lowerd.daemon.verify_diagnostics import latency_title, verification_diagnostics
+from lowerd.daemon.verify_diagnostics import (
+    latency_title,
+    verification_diagnostics,
+    verification_hover,
+)
 from lowerd.project.report_model import MethodReport
 from lowerd.project.report_page import TargetPage, render_page
 from lowerd.project.reproducer import stock_script
@@ -231,7 +235,9 @@ class EditorView:
         if config is None:
             return None
         site = Site(Path(to_fs_path(uri) or ""), line + 1)
-        text = hover_markdown(self.shown, config.root, site)
+        found = [hover_markdown(self.shown, config.root, site)]
+        found.append(verification_hover(self.shown, config.root, site))
+        text = "\n\n---\n\n".join(part for part in found if part) or None
         if text is None:
             return None
         return types.Hover(

@@ -4,6 +4,7 @@ latency in the code lens ("forward 1.8 ms here · XNNPACK #1 1.2 ms · CPU 0.5 m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from lsprotocol import types
@@ -60,6 +61,48 @@ def latency_title(verification: Verification | None) -> str:
         if method.latency is not None
     ]
     return " · ".join(shares)
+
+
+def verification_hover(results: Mapping[str, TargetResult], root: Path, site: Site) -> str | None:
+    """At an entry: each method's verdict, error and host latency by part; at an op left on
+    the CPU: its measured time; at a diverging op: the divergence. None when none is here."""
+    sections = []
+    for target, result in results.items():
+        verification = result.verification
+        if verification is None or not result.ok:
+            continue
+        at_entry = site_of(result.entry, root) == site
+        items = []
+        for name, method in verification.methods.items():
+            items.extend(_method_items(name, method, result, root, site, at_entry))
+        if items:
+            head = f"**lowerd** · {target} · {verification.verdict} against "
+            head += f"{verification.reference} on {verification.runtime}"
+            sections.append(head + "\n\n" + "\n".join(items))
+    return "\n\n---\n\n".join(sections) or None
+
+
+def _method_items(
+    name: str, method: MethodVerification, result: TargetResult, root: Path, site: Site,
+    at_entry: bool,
+) -> list[str]:  # fmt: skip
+    items = []
+    latency = method.latency
+    if at_entry:
+        items.append(f"- {name}: max abs error {method.max_abs:.3g} ({method.verdict})")
+        if latency is not None:
+            items.append(f"- {latency.summary(name, most=len(latency.parts))} ({latency.host})")
+    divergence = method.divergence
+    if divergence is not None and site_of(divergence, root) == site:
+        items.append(f"- {name}: {divergence.message()}")
+    report = result.methods.get(name)
+    if latency is not None and report is not None:
+        here = {op.op.rsplit(".", 1)[0] for op in report.not_delegated if site_of(op, root) == site}
+        for part in latency.parts:
+            if part.kind == "cpu" and part.name in here:
+                items.append(f"- {name}: `{part.name}` {part.median_ms * part.calls:.3g} ms per "
+                             f"run on the CPU kernels, this host")  # fmt: skip
+    return items
 
 
 def _where_and_why(

@@ -15,7 +15,7 @@ class Clamped(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.first(x)  # LINE-MARK: first
         h = torch.nn.functional.hardtanh(h)  # the op a broken pass changes LINE-MARK: hardtanh
-        h = torch.cumsum(h, 1)
+        h = torch.cumsum(h, 1)  # LINE-MARK: cumsum
         return self.last(h)
 
 
@@ -24,7 +24,7 @@ def _model() -> Clamped:
     return Clamped().eval()
 
 
-def make():
+def make():  # LINE-MARK: make
     return _model(), (torch.randn(2, 8, generator=torch.Generator().manual_seed(1)) * 3,)
 
 
