@@ -20,6 +20,7 @@ from lowerd.cli.main import main
 from lowerd.cli.report_table import format_report
 from lowerd.daemon.diagnostics import result_diagnostics
 from lowerd.lowering.build import build_target
+from lowerd.lowering.loadability import needs_of_file
 from lowerd.project.batch import Batch
 from lowerd.project.config import load_config
 from lowerd.project.result import TargetResult
@@ -55,6 +56,8 @@ def test_the_host_runtime_loads_what_the_program_needs(built: dict[str, TargetRe
     assert list(runtime.needs.kernels) == [CUMSUM]
     assert runtime.needs.backends == ["XnnpackBackend"]
     assert CUMSUM in portable_lib._get_operator_names()
+    # A kept .pte whose record predates the needs reads them from its bytes: the same needs.
+    assert needs_of_file(Path(built["host"].output or "")) == runtime.needs
 
 
 def test_a_kernel_the_device_lacks_is_an_error_at_its_line(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,7 @@ class _HostRuntime:
     backends: tuple[str, ...]
 
 
+@cache  # what this process's runtime registers does not change while it runs
 def _host() -> _HostRuntime:
     from executorch.extension.pybindings import portable_lib
 
