@@ -10,6 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
+from executorch.devtools import BundledProgram
+from executorch.devtools.bundled_program.config import MethodTestCase, MethodTestSuite
+from executorch.devtools.bundled_program.serialize import (
+    serialize_from_bundled_program_to_flatbuffer,
+)
 from executorch.extension.pybindings import portable_lib
 
 from lowerd.lowering.build import build_target
@@ -64,6 +70,17 @@ def test_the_runtime_checks_the_program_against_its_bundled_outputs(built: Targe
         assert [tuple(output.shape) for output in outputs] == [(2, 8)]
     with pytest.raises(Exception):  # noqa: B017, PT011 (the runtime raises a plain error)
         bundle.verify_result_with_bundled_expected_output("forward", 3)  # no fourth case
+    # The check can fail: the same program bundled with wrong expected outputs is refused.
+    wrong = BundledProgram(
+        None,
+        [MethodTestSuite("forward", [MethodTestCase([torch.randn(2, 8)], [torch.zeros(2, 8)])])],
+        pte_file_path=built.output,
+    )
+    refused = portable_lib._load_bundled_program_from_buffer(
+        serialize_from_bundled_program_to_flatbuffer(wrong)
+    )
+    with pytest.raises(RuntimeError, match="verification failed"):
+        refused.verify_result_with_bundled_expected_output("forward", 0, 1e-4, 1e-5)
 
 
 def test_a_kept_program_keeps_its_bpte_and_turning_it_off_removes_it(
