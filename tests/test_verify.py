@@ -19,7 +19,7 @@ from lowerd.project.result import TargetResult
 from lowerd.project.verification import Tolerance
 from lowerd.project.wire import decode
 
-from helpers import Run, assert_config_error, line_marks, lowerd
+from helpers import Run, assert_config_error, line_marks, lowerd, lowerd_without_torch
 from testkit.projects import copy_project
 
 PROJECT = Path(__file__).parent / "projects" / "verify"
@@ -179,6 +179,10 @@ def test_a_verified_program_is_not_run_again(verified: tuple[Path, Path, Run]) -
     assert again.returncode == 0, again.log
     verification = result_of(again, "clamped").verification
     assert verification is not None and verification.reused
+    # Verified and up to date: answered from the record, without importing torch.
+    answered = lowerd_without_torch(root, cache, "verify", "clamped")
+    assert answered.returncode == 0, answered.log
+    assert "clamped: PASS" in answered.stdout
     assert verification.methods == result_of(first, "clamped").verification.methods  # type: ignore[union-attr]
 
 
