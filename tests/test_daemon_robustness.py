@@ -217,6 +217,21 @@ def test_a_runtime_file_that_is_not_a_file_is_refused(
         paths.open_log()
 
 
+def test_a_status_file_that_is_a_fifo_is_neither_waited_on_nor_removed(
+    runtime: Path, tmp_path: Path
+) -> None:
+    """A closing daemon reads the status file to see that it is still its own: a FIFO there
+    blocked the read (and the daemon's exit) for good."""
+    paths = DaemonPaths.for_root(tmp_path)
+    os.mkfifo(paths.status)
+    closing = threading.Thread(target=remove_files, args=(paths, os.getpid()), daemon=True)
+    closing.start()
+    closing.join(DEADLINE)  # a guard against the hang, not a measure
+    assert not closing.is_alive(), "remove_files waits on the FIFO"
+    assert read_status(paths) is None
+    assert paths.status.exists()  # not a file lowerd wrote: left alone
+
+
 # Malformed requests: an error frame naming the field, and the daemon goes on ------------------
 
 

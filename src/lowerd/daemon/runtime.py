@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from lowerd.cache.atomic import write_atomic
-from lowerd.cache.regular_file import file_kind
+from lowerd.cache.regular_file import file_kind, read_regular_file
 from lowerd.project.build_state import tool_versions
 from lowerd.project.config import ProjectConfig
 from lowerd.project.version import LOWERD_VERSION
@@ -38,6 +38,7 @@ DAEMON_ENVIRONMENT = ("LOWERD_CACHE_DIR", "XDG_CACHE_HOME")
 # sun_path holds 108 bytes with its terminating NUL.
 MAX_SOCKET_PATH = 107
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_STATUS_CAP = 1024 * 1024  # a status file is a few hundred bytes
 
 
 class RuntimeDirError(Exception):
@@ -217,7 +218,7 @@ def read_status(paths: DaemonPaths) -> DaemonStatus | None:
     """The running daemon's status; None when there is none. A dead daemon's files are removed."""
     try:
         check_private(paths.status, stat.S_ISREG, 0o600)
-        status = decode(DaemonStatus, json.loads(paths.status.read_text()))
+        status = decode(DaemonStatus, json.loads(_status_bytes(paths)))
     except (RuntimeDirError, OSError, ValueError):  # a WireError is a ValueError
         return None  # missing, or not a status file lowerd wrote: nothing to trust or remove
     if process_alive(status.pid) and InstanceLock(paths).held():
@@ -229,13 +230,18 @@ def read_status(paths: DaemonPaths) -> DaemonStatus | None:
 def remove_files(paths: DaemonPaths, pid: int) -> None:
     """Remove the status file and socket of the daemon with this pid, if they are still its."""
     try:
-        current = json.loads(paths.status.read_text())
+        current = json.loads(_status_bytes(paths))
     except (OSError, ValueError):
         return
-    if current.get("pid") == pid:
+    if isinstance(current, dict) and current.get("pid") == pid:
         # The socket first: a status file that names a socket promises that it is there.
         paths.socket.unlink(missing_ok=True)
         paths.status.unlink(missing_ok=True)
+
+
+def _status_bytes(paths: DaemonPaths) -> bytes:
+    """The status file, never blocking on a FIFO swapped in after the check (its size: bytes)."""
+    return read_regular_file(paths.status, _STATUS_CAP)
 
 
 def process_alive(pid: int) -> bool:
