@@ -166,7 +166,7 @@ def _cases(program: Any, name: str, inputs: Sequence[Sequence[Any]]) -> tuple[Ca
     runs = []
     for args in inputs:
         try:
-            outputs = tuple(output.clone() for output in method.execute(list(args)))
+            outputs = tuple(_cloned(output) for output in method.execute(list(args)))
             runs.append(CaseRun(outputs))
         except Exception as error:
             runs.append(CaseRun(error=_runtime_message(error)))
