@@ -205,11 +205,13 @@ def test_report_html_that_cannot_be_written_is_one_line_and_exit_2(
 
 # A read-only out_dir and a full cache, in a namespace of the build's own -----------------------
 
-# Mounts `$1` (out_dir) read-only and `$2` (the cache) full, as tiny tmpfs, then runs the command.
+# Makes `$1` (out_dir, as the last build left it) read-only, and `$2` (the cache) a full tiny
+# tmpfs, then runs the command.
 MOUNTED = f"""\
 set -e
 out=$1 cache=$2; shift 2
-mount -t tmpfs -o {TINY_TMPFS},ro tmpfs "$out"
+mount --bind "$out" "$out"
+mount -o remount,bind,ro "$out"
 mount -t tmpfs -o {TINY_TMPFS} tmpfs "$cache"
 head -c 1M /dev/zero > "$cache/fill" 2>/dev/null || true
 exec "$@"
@@ -234,19 +236,26 @@ def test_a_read_only_out_dir_and_a_full_cache_are_one_line_each_and_a_document(
 ) -> None:
     """EROFS on the .pte, ENOSPC on every cache entry: the same write paths a full out_dir or a
     read-only cache take. Before, the first was a `worker-crash` with a traceback and no
-    document, and the second was not said at all."""
+    document, and the second was not said at all. The model changed (other weights): the
+    earlier .pte, which the read-only folder keeps, is named as no longer current."""
     out, cache = project.root / "build", project.cache.parent / "full-cache"
     cache.mkdir()
+    model = project.root / "models" / "tiny_linear.py"
+    original = model.read_text()
+    model.write_text(original.replace("manual_seed(0)", "manual_seed(1)"))
     namespace = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", MOUNTED, "sh"]
-    done = subprocess.run(
-        [*namespace, str(out), str(cache), sys.executable, "-m", "lowerd", "build", "--json"],
-        cwd=project.root,
-        env=lowerd_env(cache),
-        capture_output=True,
-        text=True,
-        timeout=RUN_DEADLINE,
-        check=False,
-    )
+    try:
+        done = subprocess.run(
+            [*namespace, str(out), str(cache), sys.executable, "-m", "lowerd", "build", "--json"],
+            cwd=project.root,
+            env=lowerd_env(cache),
+            capture_output=True,
+            text=True,
+            timeout=RUN_DEADLINE,
+            check=False,
+        )
+    finally:
+        model.write_text(original)
     assert done.returncode == 1, done.stderr
     document = json.loads(done.stdout)  # stdout is still one document
     [target] = document["targets"]
@@ -256,8 +265,12 @@ def test_a_read_only_out_dir_and_a_full_cache_are_one_line_each_and_a_document(
         "pyproject.toml",
         OUT_DIR_LINE,
     )
-    message = "out_dir: cannot write build/tiny_linear.pte: Read-only file system"
+    message = (
+        "out_dir: cannot write build/tiny_linear.pte: Read-only file system (the earlier "
+        "build/tiny_linear.pte could not be removed, and no longer matches the sources)"
+    )
     assert error["message"] == message, error
+    assert project.output.is_file()
     [warning] = document["warnings"]  # said once, however many entries failed
     assert warning.startswith("cache: ") and warning.endswith(
         f"not stored in {cache} (No space left on device)"

@@ -57,7 +57,7 @@ from lowerd.project.build_state import (
     target_inputs,
 )
 from lowerd.project.config import ProjectConfig, TargetConfig
-from lowerd.project.disk_errors import writing_in_out_dir
+from lowerd.project.disk_errors import still_there, writing_in_out_dir
 from lowerd.project.errors import LowerdError
 from lowerd.project.loadability import RuntimeCheck
 from lowerd.project.rebuild_record import line_checksums, record_rebuild
@@ -185,8 +185,9 @@ def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed:
             _record(ctx, recorder, exported, decision, built, earlier)
         return built
     except LowerdError as error:
-        discard_output(ctx.config, ctx.target)
+        kept = discard_output(ctx.config, ctx.target)
         info = error.info()
+        info = replace(info, message=info.message + still_there(ctx.config, kept))
         if info.file:  # named like the report's source lines: relative to the root
             info = replace(info, file=ctx.user_files.display(info.file))
         entry = loaded.entry_site if loaded is not None else None

@@ -7,7 +7,6 @@ not the ~6 s import.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -239,23 +238,33 @@ def forget_state(config: ProjectConfig, target: TargetConfig) -> None:
     state_path(config, target).unlink(missing_ok=True)
 
 
-def _remove(path: Path) -> None:
-    """Removes a failed target's file, if the disk lets it: a read-only or broken out_dir keeps
-    it, and the target's error (an OutputError at out_dir) says why."""
-    with contextlib.suppress(OSError):
+def _removed(path: Path) -> bool:
+    """Removes a failed target's file, if the disk lets it (a read-only or broken out_dir keeps
+    it); False when it is still there."""
+    try:
         path.unlink()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        try:
+            return not stat.S_ISREG(os.lstat(path).st_mode)  # a folder in its place is no output
+        except OSError:
+            return True
+    return True
 
 
-def discard_output(config: ProjectConfig, target: TargetConfig) -> None:
+def discard_output(config: ProjectConfig, target: TargetConfig) -> list[Path]:
     """Remove a failed target's .pte, its data files (.ptd, .etrecord) and build record.
 
     The last good .pte no longer matches the sources, and a file on disk is taken for current by
     whatever picks it up (an app bundle step, a device push), so a failed target has no output,
-    as Bazel deletes an action's stale outputs before it runs.
+    as Bazel deletes an action's stale outputs before it runs. Returns the .pte and data files
+    the disk would not let go (a read-only out_dir), for the error to name.
     """
     data_files = owned_data_files(config, target)
-    for path in (state_path(config, target), config.output_path(target.name), *data_files):
-        _remove(path)
+    _removed(state_path(config, target))
+    outputs = [config.output_path(target.name), *sorted(data_files)]
+    return [path for path in outputs if not _removed(path)]
 
 
 def data_file_path(config: ProjectConfig, target: TargetConfig, kind: str, tag: str = "") -> Path:

@@ -10,7 +10,7 @@ instead of a traceback blamed on the entry function.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from lowerd.cache.regular_file import read_regular_file
@@ -38,6 +38,15 @@ def out_dir_error(
     subject = f"{what} {_shown(config, path)}" if what else _shown(config, path)
     message = f"out_dir: cannot {verb} {subject}: {reason}"
     return OutputError(message, config.path, key_line(config, "out_dir"))
+
+
+def still_there(config: ProjectConfig, outputs: Sequence[Path]) -> str:
+    """What a failed target's message adds when the disk kept its earlier outputs (a read-only
+    out_dir): they stay, and no longer match the sources."""
+    if not outputs:
+        return ""
+    shown = ", ".join(_shown(config, path) for path in outputs)
+    return f" (the earlier {shown} could not be removed, and no longer matches the sources)"
 
 
 def key_line(config: ProjectConfig, key: str) -> int | None:
