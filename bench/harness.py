@@ -119,15 +119,16 @@ def workdir(prefix: str, keep: bool) -> Iterator[Path]:
 # The snapshot of lowerd -------------------------------------------------------------------------
 
 
-def snapshot_lowerd(root: Path) -> Path:
-    """Copy lowerd's source (src/lowerd) into root.
+def snapshot_lowerd(root: Path, package: Path | None = None) -> Path:
+    """Copy lowerd's source (src/lowerd, or another checkout's package) into root.
 
     The workers import this copy: a run takes minutes, and lowerd edited meanwhile would
     otherwise mix two versions of it in one table.
     """
     source = root / "lowerd-src"
     ignore = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(REPO / "src" / "lowerd", source / "lowerd", ignore=ignore, dirs_exist_ok=True)
+    package = package or REPO / "src" / "lowerd"
+    shutil.copytree(package, source / "lowerd", ignore=ignore, dirs_exist_ok=True)
     # Compiled now, so that the first lowerd run's import time does not include compiling it.
     compileall.compile_dir(source, quiet=1)
     return source

@@ -1,0 +1,390 @@
+"""Depth: a one-layer edit of an L-layer Llama, stock vs lowerd, stage by stage (issue 23).
+
+transformers' LlamaForCausalLM from a config (random weights, seeded; nothing downloaded),
+wrapped to return the logits, built at each depth L of --layers. For each L, in one run:
+
+    stock           the stock script in a fresh process (torch.export,
+                    to_edge_transform_and_lower with XnnpackPartitioner, to_executorch)
+    cold            lowerd's build_target in a fresh process, an empty cache, no build records
+    daemon cold     the first build of the model through a warm daemon (its own project copy and
+                    cache; warmed with one unmeasured build of a one-op target)
+    edit            the last layer's MLP activation replaced
+                    (`model.model.layers[-1].mlp.act_fn = GELU()`), built by the warm daemon
+    comment         a comment line on top of that edit, built by the warm daemon
+    stock, edited   stock again on the edited model: the baseline of `edit` and `comment`
+
+Every lowerd .pte is compared by sha256 with stock's on the same model (the bench exits 1 when
+any differs). Stage seconds are lowerd's progress stages (load, export, partition: edge
+generation and the partitioner up to the first preprocess, preprocess: cutting the partitions out
+and preprocessing them, emit, write) and stock's (load, export, lower, emit); through the daemon
+they are read from the progress frames the client receives.
+
+    nice -n 10 .venv/bin/python -m bench.bench_depth                      # L = 4,16,32, hidden 512
+    .venv/bin/python -m bench.bench_depth --layers 2,4,8 --hidden 256 --intermediate 688
+    .venv/bin/python -m bench.bench_depth --json depth.json --keep
+
+Needs the `bench` extra (transformers). A script, not a test: nothing asserts on a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.harness import (
+    BENCH_DIR,
+    Processes,
+    StageClock,
+    bench_env,
+    check_snapshot_imported,
+    file_sha256,
+    installed_line,
+    log,
+    lowerd_revision,
+    render,
+    set_constants_in_file,
+    snapshot_lowerd,
+    verdicts,
+    workdir,
+    worker_env,
+    write_json,
+)
+from testkit.projects import copy_project
+
+PROJECT = BENCH_DIR / "depth"
+MODEL_FILE = "models/llama.py"
+ENTRY = f"{MODEL_FILE}:make"
+ANCHOR = "    model = Logits(model).eval()  # ANCHOR: the edits go above this line\n"
+EDIT = "    model.model.layers[-1].mlp.act_fn = torch.nn.GELU()\n"
+COMMENT = "    # the last layer's activation is GELU: a comment-only edit\n"
+LIBRARIES = ("transformers.models.llama.modeling_llama",)
+LOWERD_STAGES = ("load", "export", "partition", "preprocess", "emit", "write")
+
+# Goals (issue 23); each gets a verdict, none fails the run.
+EDIT_GOAL = 0.2  # one-layer edit at the deepest L / stock work on the edited model
+PER_LAYER_GOAL = 1.0  # seconds an edit costs per added layer
+COMMENT_GOAL = 2.0  # seconds, at the deepest L
+COLD_GOAL = 0.6  # cold in-process / stock work
+
+
+def edited(text: str, line: str) -> str:
+    if text.count(ANCHOR) != 1:
+        raise SystemExit(f"bench: expected one line {ANCHOR.strip()!r} in {MODEL_FILE}")
+    return text.replace(ANCHOR, line + ANCHOR)
+
+
+def edit_file(project: Path, line: str) -> None:
+    path = project / MODEL_FILE
+    path.write_text(edited(path.read_text(), line))
+
+
+# The daemon's client: a fresh process, the build's stages from its progress frames -----------
+
+
+def client_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """`lowerd build` through the project's running daemon, as the CLI asks it, with the
+    progress frames timed as stages; the target's document and the stages."""
+    started = time.perf_counter()
+    from lowerd.cli.daemon_client import _daemon_for, ask, load_project
+    from lowerd.daemon.rpc_messages import BuildCall, FinalFrame, ProgressFrame
+
+    config = load_project(spec["config"])
+    status = _daemon_for(config, start=False)
+    if status is None:
+        raise SystemExit("bench: no daemon serves the project")
+    clock = StageClock()
+
+    def on_frame(frame: ProgressFrame) -> None:
+        clock.mark(frame.stage)
+
+    asked = time.perf_counter()
+    final = ask(status, BuildCall(str(config.path), (spec["target"],), True, 1), on_frame)
+    clock.stop()
+    answered = time.perf_counter()
+    if not isinstance(final, FinalFrame) or final.document is None:
+        raise SystemExit(f"bench: the daemon did not build: {final}")
+    [found] = final.document["targets"]
+    timing = {"seconds": answered - asked, "setup": asked - started, "stages": clock.seconds}
+    return {"client": timing, "target": found}
+
+
+# The bench ----------------------------------------------------------------------------------
+
+
+class Depth:
+    """One depth L: three copies of the project (stock, lowerd in-process, the daemon's)."""
+
+    def __init__(self, bench: Bench, layers: int):
+        self.bench, self.layers = bench, layers
+        root = bench.root / f"L{layers}"
+        self.projects = {p: copy_project(PROJECT, root / p) for p in ("stock", "cold", "daemon")}
+        for project in self.projects.values():
+            set_constants_in_file(project / MODEL_FILE, bench.sizes(layers))
+        self.cache = root / "cache-cold"
+        # The daemon's blob cache, this depth's alone: a shallower model's layers are not served.
+        self.env = bench_env(
+            bench.snapshot, root / "cache-daemon", bench.runtime, HF_HUB_OFFLINE="1"
+        )
+        self.runs: dict[str, dict[str, Any]] = {}
+
+    def measure(self) -> dict[str, dict[str, Any]]:
+        runs = self.runs
+        runs["stock"] = self.stock("stock")
+        runs["cold"] = self.cold()
+        self.bench.start_daemon(self.projects["daemon"], self.env)
+        try:
+            runs["daemon cold"] = self.daemon_build("daemon-cold")
+            for project in (self.projects["stock"], self.projects["daemon"]):
+                edit_file(project, EDIT)
+            runs["stock, edited"] = self.stock("stock-edited")
+            runs["edit"] = self.daemon_build("daemon-edit")
+            edit_file(self.projects["daemon"], COMMENT)
+            runs["comment"] = self.daemon_build("daemon-comment")
+        finally:
+            self.bench.stop_daemon(self.projects["daemon"], self.env)
+        for name, run in runs.items():
+            baseline = runs[
+                "stock" if name in ("stock", "cold", "daemon cold") else "stock, edited"
+            ]
+            run["same"] = run["sha256"] == baseline["sha256"]
+            log(f"[L={self.layers}] {name}: {describe(run)}")
+        return runs
+
+    def stock(self, what: str) -> dict[str, Any]:
+        output = self.bench.root / "stock-results" / f"L{self.layers}-{what}.pte"
+        output.parent.mkdir(exist_ok=True)
+        spec = {"project": str(self.projects["stock"]), "entry": ENTRY, "output": str(output)}
+        spec["libraries"] = list(LIBRARIES)
+        return self.bench.processes.worker("stock", spec, what=f"L{self.layers}-{what}")
+
+    def cold(self) -> dict[str, Any]:
+        spec = {"project": str(self.projects["cold"]), "target": "llama", "cache": str(self.cache)}
+        return self.bench.processes.worker("lowerd", spec, what=f"L{self.layers}-cold")
+
+    def daemon_build(self, what: str) -> dict[str, Any]:
+        project = self.projects["daemon"]
+        found = self.bench.client(project, self.env, "llama", f"L{self.layers}-{what}")
+        if found["status"] != "ok":
+            raise SystemExit(f"bench: {what} failed: {json.dumps(found.get('error'))}")
+        forward = found["methods"]["forward"]
+        return {
+            "seconds": found["seconds"],  # the build, as lowerd reports it
+            "client_seconds": found["client"]["seconds"],  # asked to answered, at the client
+            "stages": found["client"]["stages"],
+            "sha256": file_sha256(project / found["output"]),
+            "reported_sha256": found["sha256"],
+            "hits": found["cache"]["hits"],
+            "misses": found["cache"]["misses"],
+            "partitions": len(forward["partitions"]),
+            "reused": found.get("reused"),
+        }
+
+
+class Bench:
+    def __init__(self, root: Path, args: argparse.Namespace):
+        self.root, self.args = root, args
+        self.snapshot = snapshot_lowerd(root, args.lowerd_src)
+        self.runtime = root / "run"  # XDG_RUNTIME_DIR: the daemons' sockets, status and logs
+        self.env = bench_env(self.snapshot, None, self.runtime, HF_HUB_OFFLINE="1")
+        self.processes = Processes(root, root, self.env, self.snapshot)
+        self.results: dict[int, dict[str, dict[str, Any]]] = {}
+
+    def sizes(self, layers: int) -> dict[str, int]:
+        args = self.args
+        return {
+            "LAYERS": layers,
+            "HIDDEN": args.hidden,
+            "INTERMEDIATE": args.intermediate,
+            "HEADS": args.heads,
+            "KV_HEADS": args.kv_heads,
+            "VOCAB": args.vocab,
+            "TOKENS": args.tokens,
+        }
+
+    def client(self, project: Path, env: dict[str, str], target: str, what: str) -> dict[str, Any]:
+        """client_worker in a fresh process: the target's document, its timing under "client"."""
+        result = self.root / "results" / f"{self.processes.count + 1:03d}-{what}.json"
+        result.parent.mkdir(exist_ok=True)
+        spec = {"config": str(project / "pyproject.toml"), "target": target}
+        command = [sys.executable, "-m", "bench.bench_depth", "--client", json.dumps(spec)]
+        command.append(str(result))
+        done = self.processes.run(command, what, cwd=project, env=worker_env(env))
+        answer = json.loads(result.read_text())
+        return {**answer["target"], "client": {**answer["client"], "wall_seconds": done.seconds}}
+
+    def start_daemon(self, project: Path, env: dict[str, str]) -> None:
+        self.processes.lowerd("daemon", "start", cwd=project, env=env)
+        log(f"bench: daemon started for {project}; warming it with one build")
+        self.client(project, env, "warmup", "warmup")
+
+    def stop_daemon(self, project: Path, env: dict[str, str]) -> None:
+        self.processes.lowerd("daemon", "stop", cwd=project, env=env)
+
+    def run(self) -> None:
+        check_snapshot_imported(self.env, self.root, self.snapshot)
+        for layers in self.args.layers:
+            self.results[layers] = Depth(self, layers).measure()
+
+
+def describe(run: dict[str, Any]) -> str:
+    text = f"{run['seconds']:.2f} s"
+    if "hits" in run:
+        text += f", {run['misses']} preprocessed, {run['hits']} reused"
+    return text + (", same sha256" if run["same"] else ", DIFFERENT sha256")
+
+
+# Report ---------------------------------------------------------------------------------------
+
+
+def summary_table(results: dict[int, dict[str, dict[str, Any]]]) -> str:
+    titles = ["L", "partitions", "stock work", "cold", "cold/stock", "daemon cold"]
+    titles += ["stock, edited", "edit", "edit/stock", "cache hit/miss", "comment", "= stock"]
+    rows = []
+    for layers, runs in results.items():
+        stock, edited = runs["stock"]["seconds"], runs["stock, edited"]["seconds"]
+        edit = runs["edit"]
+        rows.append(
+            [
+                str(layers),
+                str(runs["stock"]["partitions"]),
+                f"{stock:.2f}",
+                f"{runs['cold']['seconds']:.2f}",
+                f"{runs['cold']['seconds'] / stock:.2f}x",
+                f"{runs['daemon cold']['seconds']:.2f}",
+                f"{edited:.2f}",
+                f"{edit['seconds']:.2f}",
+                f"{edit['seconds'] / edited:.2f}x",
+                f"{edit['hits']}/{edit['misses']}",
+                f"{runs['comment']['seconds']:.2f}",
+                "yes" if all(run["same"] for run in runs.values()) else "NO",
+            ]
+        )
+    return render(titles, rows)
+
+
+def stage_table(results: dict[int, dict[str, dict[str, Any]]]) -> str:
+    """Seconds per stage: lowerd's stages; stock's `lower` sits in the partition column."""
+    titles = ["L", "run", *LOWERD_STAGES, "total"]
+    rows = []
+    for layers, runs in results.items():
+        for name, run in runs.items():
+            stages = dict(run["stages"])
+            if "lower" in stages:  # stock: edge generation, partitioning and preprocess
+                stages["partition"] = stages.pop("lower")
+            cells = [f"{stages[s]:.2f}" if s in stages else "-" for s in LOWERD_STAGES]
+            rows.append([str(layers), name, *cells, f"{run['seconds']:.2f}"])
+    return render(titles, rows)
+
+
+def growth(results: dict[int, dict[str, dict[str, Any]]], run: str) -> list[float]:
+    """Seconds per added layer between consecutive depths."""
+    depths = sorted(results)
+    return [
+        (results[b][run]["seconds"] - results[a][run]["seconds"]) / (b - a)
+        for a, b in zip(depths, depths[1:], strict=False)
+    ]
+
+
+def goals(results: dict[int, dict[str, dict[str, Any]]]) -> list[str]:
+    deepest = results[max(results)]
+    edit = deepest["edit"]["seconds"] / deepest["stock, edited"]["seconds"]
+    cold = max(runs["cold"]["seconds"] / runs["stock"]["seconds"] for runs in results.values())
+    per_layer = growth(results, "edit")
+    found = [
+        (
+            f"edit at L={max(results)}: {edit:.2f}x stock work (goal <= {EDIT_GOAL}x)",
+            edit <= EDIT_GOAL,
+        ),
+        (
+            "edit's seconds per added layer: "
+            + ", ".join(f"{s:.2f}" for s in per_layer)
+            + f" (goal <= {PER_LAYER_GOAL})",
+            all(s <= PER_LAYER_GOAL for s in per_layer),
+        ),
+        (
+            f"comment-only at L={max(results)}: {deepest['comment']['seconds']:.2f} s "
+            f"(goal <= {COMMENT_GOAL} s)",
+            deepest["comment"]["seconds"] <= COMMENT_GOAL,
+        ),
+        (
+            f"cold in-process: at most {cold:.2f}x stock work (goal <= {COLD_GOAL}x)",
+            cold <= COLD_GOAL,
+        ),
+        ("every lowerd .pte equals stock's, in every cell", all_same(results)),
+    ]
+    return verdicts(found)
+
+
+def all_same(results: dict[int, dict[str, dict[str, Any]]]) -> bool:
+    return all(run["same"] for runs in results.values() for run in runs.values())
+
+
+def print_report(bench: Bench, revision: str) -> None:
+    args = bench.args
+    print(installed_line(revision))
+    print(
+        f"LlamaForCausalLM: hidden {args.hidden}, intermediate {args.intermediate}, "
+        f"{args.heads} heads / {args.kv_heads} kv, vocab {args.vocab}, {args.tokens} tokens; "
+        "seconds of work after imports (lowerd's own count through the daemon); one run each"
+    )
+    print(summary_table(bench.results))
+    print("\nper stage (s):")
+    print(stage_table(bench.results))
+    for run in ("stock", "cold", "edit"):
+        per_layer = ", ".join(f"{s:.2f}" for s in growth(bench.results, run))
+        print(f"  {run}: seconds per added layer between depths: {per_layer}")
+    print()
+    print("\n".join(goals(bench.results)))
+
+
+# Command line ---------------------------------------------------------------------------------
+
+
+def depths(text: str) -> list[int]:
+    values = [int(part) for part in text.split(",")]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("layer counts are positive integers")
+    return sorted(set(values))
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=depths, default=[4, 16, 32], help="default 4,16,32")
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--intermediate", type=int, default=1376)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--kv-heads", type=int, default=4)
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--json", metavar="FILE", help="also write every run's numbers to FILE")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir, and say where")
+    parser.add_argument(
+        "--lowerd-src",
+        type=Path,
+        metavar="DIR",
+        help="measure the lowerd package in DIR (another checkout's src/lowerd: a before/after "
+        "table); default: this repository's",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--client"]:  # a client process the bench started
+        Path(argv[2]).write_text(json.dumps(client_worker(json.loads(argv[1]))))
+        return 0
+    args = parse_args(argv)
+    with workdir("bench-depth-", args.keep) as root:
+        bench, revision = Bench(root, args), lowerd_revision()
+        bench.run()
+        print_report(bench, revision)
+        if args.json:
+            write_json(args.json, {str(layers): runs for layers, runs in bench.results.items()})
+        return 0 if all_same(bench.results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
