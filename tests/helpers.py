@@ -180,6 +180,9 @@ def _run(command: list[str], cwd: Path, cache: Path, args: list[str]) -> Run:
 # Builds shared by several test modules (conftest.py's session fixtures) ------------------------
 
 EXAMPLES = TESTS.parent / "examples"
+# The targets the shared examples/ build lowers: all but `llm`, whose build alone costs about half
+# a minute (tests/test_llm_example.py builds it).
+EXAMPLE_TARGETS = ["cnn", "transformer", "encoder_decoder", "dynamic_mlp", "cnn_int8", "cnn_per_op"]
 
 # A user's own output, appended to the CNN of the shared examples/ build: a print and a warning
 # at import, which must still show on stderr (tests/test_quiet_output.py). The model is the same.
@@ -203,14 +206,15 @@ class SharedBuild:
 
 
 def build_examples(folder: Path) -> SharedBuild:
-    """examples/ copied into folder, USER_OUTPUT appended to its models/cnn.py, and built by
-    `lowerd build --json --no-daemon` (in-process: the workers' output reaches this stderr) on a
-    cold cache."""
+    """examples/ copied into folder, USER_OUTPUT appended to its models/cnn.py, and its
+    EXAMPLE_TARGETS built by `lowerd build --json --no-daemon` (in-process: the workers' output
+    reaches this stderr) on a cold cache."""
     root = copy_project(EXAMPLES, folder / "examples")
     with (root / "models" / "cnn.py").open("a") as model:
         model.write(USER_OUTPUT)
     cache = folder / "cache"
-    return SharedBuild(root, cache, lowerd(root, cache, "build", "--json", "--no-daemon"))
+    run = lowerd(root, cache, "build", "--json", "--no-daemon", *EXAMPLE_TARGETS)
+    return SharedBuild(root, cache, run)
 
 
 def build_basic(folder: Path) -> SharedBuild:

@@ -22,8 +22,11 @@ from testkit.stock_lowering import importable, lower_stock
 __all__ = [
     "PROJECTS",
     "call_entry",
+    "entry_function",
     "forget_project_modules",
     "importable_copy",
+    "optimum_pte",
+    "optimum_quantize_8da4w",
     "sha256",
     "stock_pte",
 ]
@@ -45,6 +48,12 @@ def _import(name: str) -> Any:
 
 def call_entry(root: Path, entry: str) -> Any:
     """Run `models/x.py:make` or `pkg.mod:make` from a project folder, as a user script would."""
+    return entry_function(root, entry, call=True)
+
+
+def entry_function(root: Path, entry: str, *, call: bool = False) -> Any:
+    """`models/x.py:name` or `pkg.mod:name` imported from a project folder, as a user script
+    would: the function, or what it returns when called there (`call`)."""
     where, _, function = entry.rpartition(":")
     forget_project_modules(root)
     try:
@@ -57,7 +66,8 @@ def call_entry(root: Path, entry: str) -> Any:
                 spec.loader.exec_module(module)
             else:
                 module = importlib.import_module(where)
-            return getattr(module, function)()
+            found = getattr(module, function)
+            return found() if call else found
     finally:
         forget_project_modules(root)
 
@@ -143,4 +153,89 @@ def run_stock_script(script: str, folder: Path, monkeypatch: Any) -> dict[str, s
         file.name: hashlib.sha256(file.read_bytes()).hexdigest()
         for file in sorted(folder.iterdir())
         if file.name != "stock.py"
+    }
+
+
+# optimum-executorch 1.1.0's xnnpack recipe (optimum/exporters/executorch), its calls written out -
+
+OPTIMUM_GROUP_SIZE = 32  # quantization.py's default: causal_lm.py never forwards another
+
+
+def optimum_quantize_8da4w(model: Any) -> None:
+    """quantization.py quantize_model_(qlinear_config="8da4w"), in place, on the eager model."""
+    import torch
+    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.utils import unwrap_tensor_subclass
+
+    config = Int8DynamicActivationIntxWeightConfig(
+        weight_dtype=torch.int4,
+        weight_granularity=PerGroup(OPTIMUM_GROUP_SIZE),
+        intx_choose_qparams_algorithm="hqq_scale_only",
+    )
+
+    def divisible(module: Any, fqn: str) -> bool:
+        return (
+            isinstance(module, torch.nn.Linear) and module.weight.shape[1] % OPTIMUM_GROUP_SIZE == 0
+        )
+
+    quantize_(model, config, filter_fn=divisible)
+    unwrap_tensor_subclass(model)
+
+
+def optimum_pte(method: Any, *, custom_sdpa: bool) -> bytes:
+    """integrations.py CausalLMExportableModule.export and recipes/xnnpack.py
+    _lower_to_executorch on a decoder wrapped as transformers' static-cache module (a
+    lowerd.Method with keyword inputs): the .pte's bytes. optimum's RemovePaddingIdxEmbeddingPass
+    is tests/projects/optimum/passes.py's."""
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import (
+        EdgeCompileConfig,
+        ExecutorchBackendConfig,
+        to_edge_transform_and_lower,
+    )
+    from executorch.exir.passes import MemoryPlanningPass
+    from executorch.extension.llm.export.export_passes import RemoveRedundantTransposes
+
+    module, kwargs, shapes = method.module, method.kwargs, method.dynamic_shapes
+    with torch.no_grad():
+        ep = torch.export.export(module, (), kwargs, dynamic_shapes=shapes, strict=True)
+        graph = RemoveRedundantTransposes()(ep.module())[0]
+        ep = torch.export.export(graph, (), kwargs, dynamic_shapes=shapes, strict=True)
+    edge = to_edge_transform_and_lower(
+        {"forward": ep},
+        partitioner=[XnnpackPartitioner()],
+        compile_config=EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True),
+        constant_methods=optimum_constant_methods(module.model, custom_sdpa),
+        transform_passes=call_entry(PROJECTS / "optimum", "passes.py:transform_passes"),
+    )
+    program = edge.to_executorch(
+        ExecutorchBackendConfig(
+            extract_delegate_segments=True,
+            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
+            do_quant_fusion_and_const_prop=True,
+        )
+    )
+    return bytes(program.buffer)
+
+
+def optimum_constant_methods(model: Any, custom_sdpa: bool) -> dict[str, Any]:
+    """utils.py save_config_to_constant_methods, from the model's config (max_seq_len 64)."""
+    import torch
+
+    config = model.config
+    return {
+        "get_dtype": 5 if model.dtype == torch.float16 else 6,
+        "get_bos_id": config.bos_token_id,
+        "get_eos_id": config.eos_token_id,
+        "get_head_dim": config.hidden_size / config.num_attention_heads,
+        "get_n_kv_heads": config.num_key_value_heads,
+        "get_n_layers": config.num_hidden_layers,
+        "get_vocab_size": config.vocab_size,
+        "get_max_batch_size": 1,
+        "get_max_seq_len": 64,
+        "use_kv_cache": model.generation_config.use_cache,
+        "use_sdpa_with_kv_cache": custom_sdpa,
+        "enable_dynamic_shape": True,
     }

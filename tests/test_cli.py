@@ -31,6 +31,7 @@ import pytest
 from lowerd.cache.store import MAGIC
 
 from helpers import (
+    EXAMPLE_TARGETS,
     PROJECTS,
     TRACEBACK,
     Run,
@@ -79,7 +80,6 @@ def assert_built(run: Run, project: Path, names: list[str]) -> dict[str, Any]:
 
 
 BASIC_TARGETS = ["tiny_linear", "refused", "two_methods", "dynamic", "pkg"]
-EXAMPLE_TARGETS = ["cnn", "transformer", "encoder_decoder", "dynamic_mlp", "cnn_int8", "cnn_per_op"]
 
 
 # broken/: every target fails, each at its line --------------------------------------------

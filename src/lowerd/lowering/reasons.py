@@ -24,6 +24,7 @@ XNNPACK_CONFIG_LOGGER = "executorch.backends.xnnpack.partition.config"
 # What XNNPACK's common constraints accept (XNNPartitionerConfig._check_node_has_valid_dtype);
 # quantized ops also take int8 and qint types, but their refusals are not "invalid dtype" alone.
 XNNPACK_DTYPES = ("float32", "float16")
+_NOT_A_TENSOR = ", not a tensor"
 
 
 class PartitionReasons:
@@ -122,10 +123,14 @@ def _precise(backend: str, reason: str, node: Any) -> str:
     """XNNPACK's "invalid dtype" names no dtype and no input: say which, from meta["val"]."""
     if backend != "XNNPACK" or reason != "invalid dtype":
         return reason
-    found = [f"{name} is {what}" for name, what in _off_dtypes(node)]
-    if not found:
+    off = _off_dtypes(node)
+    if not off:
         return reason
-    return f"{reason}: {', '.join(found)} (XNNPACK takes {' or '.join(XNNPACK_DTYPES)})"
+    found = ", ".join(f"{name} is {what}" for name, what in off)
+    if all(what.endswith(_NOT_A_TENSOR) for _, what in off):
+        # A size read off a dynamic dimension (a SymInt): no dtype is the cause.
+        return f"{found}: XNNPACK takes tensor inputs only"
+    return f"{reason}: {found} (XNNPACK takes {' or '.join(XNNPACK_DTYPES)})"
 
 
 def _off_dtypes(node: Any) -> list[tuple[str, str]]:
@@ -149,7 +154,7 @@ def _off_dtypes(node: Any) -> list[tuple[str, str]]:
 def _dtype_problem(val: Any) -> str | None:
     dtype = getattr(val, "dtype", None)
     if dtype is None:  # a SymInt or a Python number where a tensor was expected
-        return f"a {type(val).__name__}, not a tensor"
+        return f"a {type(val).__name__}{_NOT_A_TENSOR}"
     name = str(dtype).removeprefix("torch.")
     if name not in XNNPACK_DTYPES:
         return name

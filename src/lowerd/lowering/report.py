@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable
 from functools import partial
+from typing import Any
 
 import torch
 from executorch.devtools.backend_debug import get_delegation_info
@@ -37,9 +38,17 @@ _BOOKKEEPING_OPS = ("sym_size", "sym_numel", "sym_stride", "sym_storage_offset",
 _ModuleOp = tuple[int, ModuleStack, bool]  # (debug handle, module stack, delegated)
 
 
+# Higher-order ops that wrap the op the user called: torch.export functionalizes a custom op that
+# mutates its inputs (ExecuTorch's llama::update_cache) into auto_functionalized_v2(op, ...).
+_WRAPPING_OPS = ("auto_functionalized", "auto_functionalized_v2")
+
+
 def op_name(node: torch.fx.Node) -> str:
-    """`aten.cumsum.default`, the name users see in ExecuTorch's docs and error messages."""
-    target = node.target
+    """`aten.cumsum.default`, the name users see in ExecuTorch's docs and error messages; for a
+    functionalized mutating op, the op it wraps (`llama.update_cache.default`)."""
+    target: Any = node.target
+    if getattr(target, "__name__", None) in _WRAPPING_OPS and node.args:
+        target = node.args[0]
     schema = getattr(target, "_schema", None)
     if schema is not None:
         namespace, _, name = schema.name.partition("::")
