@@ -26,7 +26,7 @@ __all__ = [
     "forget_project_modules",
     "importable_copy",
     "optimum_pte",
-    "optimum_quantize_8da4w",
+    "optimum_quantize_model",
     "sha256",
     "stock_pte",
 ]
@@ -158,28 +158,35 @@ def run_stock_script(script: str, folder: Path, monkeypatch: Any) -> dict[str, s
 
 # optimum-executorch 1.1.0's xnnpack recipe (optimum/exporters/executorch), its calls written out -
 
-OPTIMUM_GROUP_SIZE = 32  # quantization.py's default: causal_lm.py never forwards another
 
-
-def optimum_quantize_8da4w(model: Any) -> None:
-    """quantization.py quantize_model_(qlinear_config="8da4w"), in place, on the eager model."""
+def optimum_quantize_model(model: Any, qlinear: str) -> None:
+    """optimum-executorch 1.1.0's quantize_model_ (exporters/executorch/quantization.py) for
+    `--qlinear 8da4w` or `8da8w` with its defaults (group size 32: causal_lm.py never forwards
+    another; hqq_scale_only), in place, on the eager model."""
     import torch
-    from torchao.quantization.granularity import PerGroup
+    from torchao.quantization.granularity import PerAxis, PerGroup
     from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig, quantize_
     from torchao.utils import unwrap_tensor_subclass
 
-    config = Int8DynamicActivationIntxWeightConfig(
-        weight_dtype=torch.int4,
-        weight_granularity=PerGroup(OPTIMUM_GROUP_SIZE),
-        intx_choose_qparams_algorithm="hqq_scale_only",
-    )
+    config = {
+        "8da4w": Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=torch.int4,
+            weight_granularity=PerGroup(32),
+            intx_choose_qparams_algorithm="hqq_scale_only",
+        ),
+        "8da8w": Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=torch.int8,
+            weight_granularity=PerAxis(0),
+            intx_choose_qparams_algorithm="hqq_scale_only",
+        ),
+    }[qlinear]
 
-    def divisible(module: Any, fqn: str) -> bool:
-        return (
-            isinstance(module, torch.nn.Linear) and module.weight.shape[1] % OPTIMUM_GROUP_SIZE == 0
-        )
+    def per_group_filter(module: Any, fqn: str) -> bool:
+        if isinstance(module, torch.nn.Linear):
+            return bool(module.weight.shape[1] % 32 == 0)
+        return False
 
-    quantize_(model, config, filter_fn=divisible)
+    quantize_(model, config, filter_fn=per_group_filter)
     unwrap_tensor_subclass(model)
 
 

@@ -27,19 +27,18 @@ from lowerd.lowering.build import build_target
 from lowerd.project.config import load_config
 from lowerd.project.result import TargetResult
 
+from helpers import EXAMPLES
 from stock import (
     entry_function,
     forget_project_modules,
     importable_copy,
     optimum_pte,
-    optimum_quantize_8da4w,
+    optimum_quantize_model,
     sha256,
 )
 from testkit.stock_lowering import importable
 
 pytest.importorskip("transformers")
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 # The one-layer edit: the second layer's MLP down projection, its weight halved.
 UNEDITED = "    model.eval()\n"
@@ -80,7 +79,7 @@ def optimum_stock(root: Path) -> str:
     module by name)."""
     with importable(root):
         model = entry_function(root, "models/llm.py:tiny_llama")()
-        optimum_quantize_8da4w(model)
+        optimum_quantize_model(model, "8da4w")
         method = entry_function(root, "models/llm.py:exportable")(model)
         return sha256(optimum_pte(method, custom_sdpa=True))
 

@@ -20,7 +20,14 @@ from lowerd.project.result import TargetResult
 from lowerd.project.wire import encode
 
 from helpers import assert_config_error, line_marks, write_pyproject
-from stock import PROJECTS, call_entry, forget_project_modules, importable_copy, sha256
+from stock import (
+    PROJECTS,
+    call_entry,
+    forget_project_modules,
+    importable_copy,
+    optimum_quantize_model,
+    sha256,
+)
 from testkit.stock_lowering import lower_stock
 
 HEAD = """\
@@ -138,36 +145,6 @@ def test_each_torchao_key_is_in_the_inputs_digest(tmp_path: Path) -> None:
 
 
 # Builds: equal to the stock calls --------------------------------------------------------------
-
-
-def optimum_quantize_model(model: Any, qlinear: str) -> None:
-    """optimum-executorch 1.1.0's quantize_model_ (exporters/executorch/quantization.py) for
-    `--qlinear 8da4w` or `8da8w` with its defaults (group size 32, hqq_scale_only)."""
-    import torch
-    from torchao.quantization.granularity import PerAxis, PerGroup
-    from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.utils import unwrap_tensor_subclass
-
-    config = {
-        "8da4w": Int8DynamicActivationIntxWeightConfig(
-            weight_dtype=torch.int4,
-            weight_granularity=PerGroup(32),
-            intx_choose_qparams_algorithm="hqq_scale_only",
-        ),
-        "8da8w": Int8DynamicActivationIntxWeightConfig(
-            weight_dtype=torch.int8,
-            weight_granularity=PerAxis(0),
-            intx_choose_qparams_algorithm="hqq_scale_only",
-        ),
-    }[qlinear]
-
-    def per_group_filter(module: Any, fqn: str) -> bool:
-        if isinstance(module, torch.nn.Linear):
-            return bool(module.weight.shape[1] % 32 == 0)
-        return False
-
-    quantize_(model, config, filter_fn=per_group_filter)
-    unwrap_tensor_subclass(model)
 
 
 def torchao_defaults(model: Any, bits: int, per_group: bool) -> None:

@@ -149,15 +149,17 @@ def tiny_llama(attn_implementation: str = "custom_sdpa") -> LlamaForCausalLM:
     return model
 
 
-def exportable(model: LlamaForCausalLM) -> Method:
-    """optimum's CausalLMExportableModule.export up to torch.export: the static-cache wrapper,
-    custom_sdpa for attention, ExecuTorch's cache in place of the wrapper's cache buffers."""
+def exportable(model: LlamaForCausalLM, custom: bool = True) -> Method:
+    """optimum's CausalLMExportableModule.export up to torch.export: transformers' static-cache
+    wrapper; `custom`: custom_sdpa for attention, ExecuTorch's cache in place of the wrapper's
+    cache buffers (--use_custom_sdpa --use_custom_kv_cache)."""
     wrapper = TorchExportableModuleForDecoderOnlyLM(model).model
-    wrapper.model.config._attn_implementation = "custom_sdpa_ring_kv_cache"
-    wrapper.static_cache = ExecuTorchStaticCache(model.config, 1, MAX_SEQ_LEN)
-    for i, layer in enumerate(wrapper.static_cache.kv_cache):
-        setattr(wrapper, f"key_cache_{i}", layer.k_cache)
-        setattr(wrapper, f"value_cache_{i}", layer.v_cache)
+    if custom:
+        wrapper.model.config._attn_implementation = "custom_sdpa_ring_kv_cache"
+        wrapper.static_cache = ExecuTorchStaticCache(model.config, 1, MAX_SEQ_LEN)
+        for i, layer in enumerate(wrapper.static_cache.kv_cache):
+            setattr(wrapper, f"key_cache_{i}", layer.k_cache)
+            setattr(wrapper, f"value_cache_{i}", layer.v_cache)
     seq = Dim("seq_length_dim", max=MAX_SEQ_LEN - 1)
     return Method(
         wrapper,
@@ -171,6 +173,12 @@ def exportable(model: LlamaForCausalLM) -> Method:
 
 def make() -> Method:
     return exportable(tiny_llama())
+
+
+def make_default() -> Method:
+    """optimum's recipe without --use_custom_sdpa --use_custom_kv_cache (bench/bench_optimum.py
+    compares all three variants with optimum's own bytes)."""
+    return exportable(tiny_llama("sdpa"), custom=False)
 
 
 def module_passes() -> list[Any]:
