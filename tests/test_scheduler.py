@@ -106,12 +106,14 @@ class Setup:
         output = self.config.output_path(name)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_bytes(f"pte of {name}".encode())
+        stamp = FileStamp.of(output)
         state = TargetState(
             target=name,
             inputs_digest=target_inputs_digest(self.config, target),
             sources=stamp_files(self.path(s) for s in sources),
-            output=FileStamp.of(output),
-            report=TargetResult(name, "ok"),
+            output=stamp,
+            # a record whose report names another output or digest is refused as no record
+            report=TargetResult(name, "ok", output=stamp.path, sha256=stamp.sha256),
         )
         save_state(self.config, target, state)
 
