@@ -50,6 +50,12 @@ its whole process, and its work after the imports.
 
     .venv/bin/python -m bench.bench_editor --real resnet            # full size
     .venv/bin/python -m bench.bench_editor --real llama --small     # tiny configs: smoke test
+    .venv/bin/python -m bench.bench_editor --real resnet --verify   # verify = true (issue 24)
+
+With --verify the target declares `verify = true`: each build runs its .pte on the host runtime
+after its result went out, and each save also gets `verified s`, the seconds from the build's
+final diagnostics (lowerd/buildWritten, sent once they are published) to the verified numbers
+(lowerd/buildFinished, whose result carries the verification).
 
 Everything lives in a temp dir; the server imports a snapshot of lowerd's source taken at the
 start. This is a script, not a test: nothing asserts on a timing.
@@ -98,7 +104,7 @@ from bench.harness import (
     write_json,
 )
 from testkit.lsp_driver import LspDriver, NeverHappened
-from testkit.lsp_events import BuildFinished, BuildStarted, Progress, Published
+from testkit.lsp_events import BuildFinished, BuildStarted, BuildWritten, Progress, Published
 
 DEADLINE_SECONDS = 1800.0  # a guard against a hung server, never a measurement
 SHUTDOWN_SECONDS = 60.0  # the same, for the server's shutdown and exit at the end
@@ -220,6 +226,17 @@ class Editor(LspDriver):
             e for e in self.events[mark:] if isinstance(e, Published) and e.uri.startswith(project)
         ]
 
+    def written_since(self, mark: int) -> BuildWritten | None:
+        """lowerd/buildWritten: a verifying build's diagnostics are published, its program runs."""
+        return next(
+            (
+                e
+                for e in self.events[mark:]
+                if isinstance(e, BuildWritten) and e.target == self.workload.target
+            ),
+            None,
+        )
+
     def started_since(self, mark: int) -> BuildStarted | None:
         return next((e for e in self.events[mark:] if isinstance(e, BuildStarted)), None)
 
@@ -265,6 +282,9 @@ class Bench:
         if args.real:
             self.workload = real_workload(MODELS[args.real])
             self.project = prepare_real_project(root, MODELS[args.real], args.small)
+            if args.verify:  # the last table of the file is the target's
+                with (self.project / "pyproject.toml").open("a") as config:
+                    config.write("verify = true\n")
         else:
             self.workload = transformer_workload()
             self.project = prepare_project(root, model_constants(args))
@@ -354,6 +374,7 @@ class Bench:
                 stages[stage] = event.at - saved
         report = await editor.report(self.workload.target)
         output = report.get("output")
+        written = editor.written_since(mark)
         return {
             "publish_seconds": published.at - saved if published else None,
             "provisional_seconds": provisional.at - saved if provisional else None,
@@ -365,6 +386,9 @@ class Bench:
             "published_before_finished": bool(published and published.at <= finished.at),
             "started_seconds": build_started.at - saved if build_started else None,
             "finished_seconds": finished.at - saved,
+            # --verify: from the build's final diagnostics to its verification in the editor
+            "verified_seconds": finished.at - written.at if written else None,
+            "verdict": (report.get("verification") or {}).get("verdict"),
             "status": finished.params.get("status"),
             "reused": finished.params.get("reused"),
             "build_seconds": report.get("seconds"),
@@ -394,6 +418,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--small", action="store_true", help="with --real: tiny configs, a smoke run"
     )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="with --real: the target declares verify = true; each save also gets the seconds "
+        "from the build's final diagnostics to the verified numbers",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="rounds of the edits")
     parser.add_argument(
         "--settle",
@@ -422,6 +452,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--blocks and --repeat must be at least 1")
     if args.small and not args.real:
         parser.error("--small sizes the real models: use it with --real")
+    if args.verify and not args.real:
+        parser.error("--verify declares verify = true on a real model: use it with --real")
     if args.settle is None:
         args.settle = SETTLE_SECONDS["real" if args.real else "transformer"]
     return args

@@ -39,9 +39,12 @@ def describe_real(row: dict[str, Any]) -> str:
         return f"{row[key]:.2f} s" if row[key] is not None else "none"
 
     stock = row["stock"]
+    verified = ""
+    if row.get("verdict"):
+        verified = f", verified ({row['verdict']}) {at('verified_seconds')} after its diagnostics"
     return (
         f"provisional {at('provisional_seconds')}, final {at('final_seconds')}, buildFinished "
-        f"{row['finished_seconds']:.2f} s ({reuse(reuse_run(row))}); stock "
+        f"{row['finished_seconds']:.2f} s{verified} ({reuse(reuse_run(row))}); stock "
         f"{stock['wall_seconds']:.1f} s ({stock['seconds']:.1f} s work)"
     )
 
@@ -294,5 +297,19 @@ def print_real_report(bench: Bench, revision: str) -> None:
         f"stock process: whole (proc) and after its imports (work) ({note})"
     )
     print(real_table(bench))
+    if args.verify:
+        print(verified_lines(bench))
     print(f"  timeline, s after the save:\n{timeline_table(bench)}")
     print("\n".join(real_checks(bench)))
+
+
+def verified_lines(bench: Bench) -> str:
+    """--verify: per scenario, the seconds from the build's final diagnostics (buildWritten)
+    to the verified numbers (buildFinished), and the verdict."""
+    lines = ["  verified s: from the build's final diagnostics to the verified numbers (median)"]
+    for key, name, _ in bench.workload.edits:
+        rows = bench.rows[key]
+        verdicts = sorted({str(row.get("verdict")) for row in rows})
+        lag = median([row.get("verified_seconds") for row in rows])
+        lines.append(f"    {name:<14}{seconds_cell(lag, 6)}  {'/'.join(verdicts)}")
+    return "\n".join(lines)

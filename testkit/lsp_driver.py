@@ -34,9 +34,11 @@ from pygls.protocol import default_converter
 from testkit.lsp_events import (
     BUILD_FINISHED,
     BUILD_STARTED,
+    BUILD_WRITTEN,
     PROGRESS_KINDS,
     BuildFinished,
     BuildStarted,
+    BuildWritten,
     Progress,
     ProgressValue,
     Published,
@@ -369,6 +371,7 @@ class LspDriver:
             types.WINDOW_LOG_MESSAGE: self._on_log,
             types.WORKSPACE_CONFIGURATION: self._on_configuration,
             BUILD_STARTED: lambda params: self._record(BuildStarted(_now(), _json(params))),
+            BUILD_WRITTEN: lambda params: self._record(BuildWritten(_now(), _json(params))),
             BUILD_FINISHED: lambda params: self._record(BuildFinished(_now(), _json(params))),
         }
         handlers.update({method: self._on_refresh(method) for method in REFRESHES})

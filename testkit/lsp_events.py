@@ -9,6 +9,7 @@ from typing import Any
 from lsprotocol import types
 
 BUILD_STARTED = "lowerd/buildStarted"
+BUILD_WRITTEN = "lowerd/buildWritten"
 BUILD_FINISHED = "lowerd/buildFinished"
 
 ProgressValue = (
@@ -47,6 +48,11 @@ class BuildStarted(BuildNotice):
     """lowerd/buildStarted: {target, buildId}."""
 
 
+class BuildWritten(BuildNotice):
+    """lowerd/buildWritten: {target, buildId, sha256}: a verifying build's .pte is written and
+    its diagnostics are published; its verification comes with lowerd/buildFinished."""
+
+
 class BuildFinished(BuildNotice):
     """lowerd/buildFinished: {target, buildId, current, status, errorKind, reused, ...}; a
     build that is not `current` was superseded, and the server shows nothing of it."""
@@ -73,4 +79,4 @@ class Refresh:
     method: str
 
 
-ServerEvent = Published | BuildStarted | BuildFinished | Progress | Refresh
+ServerEvent = Published | BuildStarted | BuildWritten | BuildFinished | Progress | Refresh

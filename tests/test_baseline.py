@@ -4,6 +4,7 @@ entry; each fact's band (a latency 1.5× the baseline's is noise, 2× is not).""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from lsprotocol import types
 from lowerd.cli.main import main
 from lowerd.daemon.baseline_diagnostics import BASELINE_REGRESSION, baseline_diagnostics
 from lowerd.lowering.build import build_target
-from lowerd.project.baseline import compare, facts_of, read_baseline
+from lowerd.project.baseline import Change, CheckDocument, compare, facts_of, read_baseline
 from lowerd.project.config import load_config
 from lowerd.project.result import TargetResult
 from lowerd.project.verification import (
@@ -24,6 +25,7 @@ from lowerd.project.verification import (
     Verdict,
     Verification,
 )
+from lowerd.project.wire import decode
 from lowerd.worker.entry_site import entry_site
 
 from helpers import PROJECTS
@@ -77,6 +79,11 @@ def test_check_fails_on_a_coverage_regression_and_passes_after_update(
         line.split() for line in table.splitlines()
     ]
     assert "regressions in 1 targets" in table
+    assert check(project, "--json") == 1  # the same comparison, as a typed document
+    document = decode(CheckDocument, json.loads(capsys.readouterr().out))
+    assert not document.passed and document.targets == 1 and document.broken == ()
+    assert document.baseline == str(project / "lowerd.baseline.toml")
+    assert document.changes[0] == Change("host", "coverage_percent", 66, 50, regression=True)
 
     # The editor: a warning at the target's entry function.
     config = load_config(project / "pyproject.toml")
@@ -104,7 +111,7 @@ def verified(max_abs: float, median_ms: float, verdict: Verdict = "pass") -> Tar
         (InputCheck("example", (output,)),),
         latency=Latency(5, 2, median_ms, median_ms, "this host"),
     )
-    verification = Verification.of("executorch 1.5.1", "eager", {"forward": method}, 0.1)
+    verification = Verification.of("executorch 1.5.1", "eager", {"forward": method}, 0.1, "0" * 64)
     return TargetResult("t", "ok", verification=verification)
 
 

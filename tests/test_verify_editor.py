@@ -16,6 +16,7 @@ from pytest_lsp import client_capabilities
 
 from helpers import DEADLINE, PROJECTS, line_marks
 from testkit.lsp_driver import LspDriver
+from testkit.lsp_events import BuildFinished, BuildWritten, Published
 from testkit.projects import copy_project
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.e2e]
@@ -119,3 +120,37 @@ async def test_hover_gives_the_verdict_the_latency_and_the_cpu_time(editor: LspD
     assert "- forward: `aten.cumsum` " in cumsum and " ms per run on the CPU kernels" in cumsum
     diverging = await hover(editor, "hardtanh")
     assert "- forward: aten.relu in place of eager's aten.hardtanh on XNNPACK #1" in diverging
+
+
+async def test_the_build_diagnostics_come_before_its_verification(editor: LspDriver) -> None:
+    """Verifying never delays the build's diagnostics (issue 24 point 8): by the order of what
+    the server sent, the build's result is published and lowerd/buildWritten sent, then the
+    verification's Error, then lowerd/buildFinished; the verdict is of the .pte written."""
+    relative, _ = line_marks(editor.root)["hardtanh"]
+    uri = editor.uri(relative)
+    events = editor.events
+    written = next(
+        i for i, e in enumerate(events) if isinstance(e, BuildWritten) and e.target == "broken_pass"
+    )
+    finished = next(
+        i
+        for i, e in enumerate(events)
+        if isinstance(e, BuildFinished) and e.target == "broken_pass" and e.current
+    )
+    shown = [(i, e) for i, e in enumerate(events) if isinstance(e, Published) and e.uri == uri]
+
+    def of_the_target(event: Published, verifying: bool) -> list[types.Diagnostic]:
+        return [
+            d
+            for d in event.diagnostics
+            if "broken_pass" in d.message and str(d.code).startswith("verify-") == verifying
+        ]
+
+    [(_, before)] = [(i, e) for i, e in shown if i < written][-1:]
+    assert of_the_target(before, verifying=False), before.diagnostics  # the build's
+    assert not of_the_target(before, verifying=True), before.diagnostics
+    verified = [i for i, e in shown if of_the_target(e, verifying=True)]
+    assert verified and written < verified[0] < finished, (written, verified, finished)
+    report = await editor.report("broken_pass")
+    assert events[written].params["sha256"] == report["sha256"]
+    assert report["verification"]["program"] == report["sha256"]

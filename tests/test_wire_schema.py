@@ -17,6 +17,7 @@ from lowerd.cli.wire_documents import SCHEMA_PATH, lowerd_schema, schema_text
 from lowerd.daemon.commands import (
     BuildFinished,
     BuildStarted,
+    BuildWritten,
     CompareArguments,
     ReportAnswer,
     TargetNames,
@@ -78,6 +79,7 @@ def test_each_shape_and_record_is_valid() -> None:
     finished = BuildFinished.of("net", None, TargetResult.failed("n", "cancelled", "x"), False)
     assert problems(BuildFinished, encode(finished)) == []
     assert problems(BuildStarted, encode(BuildStarted("net", 3))) == []
+    assert problems(BuildWritten, encode(BuildWritten("net", 3, "ab" * 32))) == []
 
 
 def test_each_message_between_processes_is_valid() -> None:

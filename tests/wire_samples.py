@@ -49,6 +49,7 @@ from lowerd.project.result import (
     TargetResult,
 )
 from lowerd.worker.protocol import (
+    BuiltEvent,
     ExitedMessage,
     LibrariesEvent,
     PartitionedEvent,
@@ -289,6 +290,7 @@ MESSAGES: dict[str, Callable[[], object]] = {
     "event.partitioned": lambda: PartitionedEvent("forward", method_report()),
     "event.libraries": lambda: LibrariesEvent(("transformers", "numpy")),
     "event.peak_rss": lambda: PeakRssEvent(123456789),
+    "event.built": lambda: BuiltEvent(built()),
     "event.result": lambda: ResultEvent(built()),
     "fork.preload": lambda: PreloadRequest(("transformers",)),
     "fork.ready": ReadyMessage,

@@ -5,10 +5,13 @@ records); their facts (project/baseline.py) are compared with lowerd.baseline.to
 pyproject.toml. Exit 0: nothing regressed; 1: a fact regressed past its band, a target failed
 to build or would not load on its runtime; 2: no baseline yet, or a usage or config error.
 `--update` writes the facts as the new baseline (targets that failed keep their old facts).
+`--json` prints the comparison as a document instead of the table (project/baseline.py
+CheckDocument), with the same exit code.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Container, Sequence
 from pathlib import Path
@@ -19,6 +22,7 @@ from lowerd.cli.exit_codes import EXIT_OK, EXIT_TARGET_FAILED, EXIT_USAGE
 from lowerd.project.baseline import (
     BASELINE_FILE,
     Change,
+    CheckDocument,
     Facts,
     baseline_path,
     baseline_text,
@@ -29,10 +33,12 @@ from lowerd.project.baseline import (
 )
 from lowerd.project.config import choose_config, load_config
 from lowerd.project.result import TargetResult
-from lowerd.project.wire import decode
+from lowerd.project.wire import decode, encode
 
 
-def run_check(config_path: str | None, target_names: Sequence[str], update: bool) -> int:
+def run_check(
+    config_path: str | None, target_names: Sequence[str], update: bool, as_json: bool = False
+) -> int:
     config = load_config(choose_config(config_path))
     path = baseline_path(config.path)
     if not update and not path.is_file():
@@ -54,9 +60,13 @@ def run_check(config_path: str | None, target_names: Sequence[str], update: bool
             print(f"lowerd: {line}", file=sys.stderr)
         return EXIT_TARGET_FAILED if broken else EXIT_OK
     changes = compare(read_baseline(path), now)
-    sys.stdout.write(check_report(changes, broken, now))
-    failed = broken or any(change.regression for change in changes)
-    return EXIT_TARGET_FAILED if failed else EXIT_OK
+    checked = CheckDocument.of(path, len(now), changes, broken)
+    if as_json:
+        json.dump(encode(checked), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(check_report(changes, broken, now))
+    return EXIT_OK if checked.passed else EXIT_TARGET_FAILED
 
 
 def _update(path: Path, targets: Container[str], now: dict[str, Facts]) -> None:

@@ -239,8 +239,12 @@ def _add_check(commands: Subcommands) -> None:
     )
     check.add_argument("targets", nargs="*", metavar="TARGET", help="targets (default all)")
     check.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
-    check.add_argument(
+    mode = check.add_mutually_exclusive_group()
+    mode.add_argument(
         "--update", action="store_true", help="write this build's facts as the new baseline"
+    )
+    mode.add_argument(
+        "--json", action="store_true", help="print the comparison as JSON instead of the table"
     )
     check.set_defaults(run=_run_check)
 
@@ -367,7 +371,7 @@ def _run_oplist(args: argparse.Namespace) -> int:
 def _run_check(args: argparse.Namespace) -> int:
     from lowerd.cli.check_command import run_check
 
-    return run_check(args.config, args.targets, args.update)
+    return run_check(args.config, args.targets, args.update, args.json)
 
 
 def _run_compare(args: argparse.Namespace) -> int:

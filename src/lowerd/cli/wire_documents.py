@@ -14,6 +14,7 @@ from lowerd.daemon.commands import (
     BuildAnswer,
     BuildFinished,
     BuildStarted,
+    BuildWritten,
     CompareArguments,
     CompareRefusal,
     PageAnswer,
@@ -23,6 +24,7 @@ from lowerd.daemon.commands import (
 )
 from lowerd.daemon.rpc_messages import REPLIES, REQUESTS
 from lowerd.daemon.runtime import DaemonStatus
+from lowerd.project.baseline import CheckDocument
 from lowerd.project.batch import BuildDocument
 from lowerd.project.build_state import BuildRecord
 from lowerd.project.compare_result import CompareResult
@@ -35,6 +37,7 @@ SCHEMA_PATH = Path("docs/schema/lowerd.schema.json")
 ROOTS: dict[str, type | tuple[type, ...]] = {
     "`lowerd build --json`, and the document of the daemon's answer to a build": BuildDocument,
     "`lowerd compare --json`, and the language server's lowerd.compare answer": CompareResult,
+    "`lowerd check --json`": CheckDocument,
     "`lowerd explain --json`, and the language server's lowerd.explain answer": ExplainAnswer,
     "a build record, out_dir/.lowerd/TARGET.msgpack (msgpack)": BuildRecord,
     "a running daemon's status file ($XDG_RUNTIME_DIR/lowerd/SCOPE.json)": DaemonStatus,
@@ -47,6 +50,7 @@ ROOTS: dict[str, type | tuple[type, ...]] = {
     "the language server's lowerd.reportPage answer": PageAnswer,
     "the language server's lowerd.compare answer when it compared nothing": CompareRefusal,
     "the language server's lowerd/buildStarted notification": BuildStarted,
+    "the language server's lowerd/buildWritten notification": BuildWritten,
     "the language server's lowerd/buildFinished notification": BuildFinished,
     "a request on the daemon's private socket (a msgpack frame)": REQUESTS,
     "an answer on the daemon's private socket (a msgpack frame)": REPLIES,

@@ -138,6 +138,17 @@ class BuildStarted:
 
 
 @dataclass(frozen=True)
+class BuildWritten:
+    """A verifying target's build wrote its .pte (sha256) and its diagnostics are published;
+    its program runs on the host runtime now, and lowerd/buildFinished follows with the
+    verification's diagnostics, lens and hover."""
+
+    target: str
+    build_id: int = field(metadata=wire_field(key="buildId"))
+    sha256: str | None
+
+
+@dataclass(frozen=True)
 class BuildFinished:
     target: str
     build_id: int | None = field(metadata=wire_field(key="buildId"))

@@ -68,6 +68,7 @@ COPY_STOCK_SCRIPT = "lowerd.copyStockScript"
 BUILD_ALL = "lowerd.buildAll"
 REPORT = "lowerd.report"
 BUILD_STARTED = "lowerd/buildStarted"
+BUILD_WRITTEN = "lowerd/buildWritten"  # a verifying build's result, before its verification
 BUILD_FINISHED = "lowerd/buildFinished"
 NO_PROJECT = "no lowerd project is loaded"
 
@@ -221,7 +222,7 @@ class EditorView:
                 continue
             where = line_range(site, self.read_lines)
             title = lens_title(result, self.session.building(name))
-            if latency := latency_title(result.verification if result else None):
+            if latency := latency_title(result):
                 title += f" · {latency}"
             if len(config.targets) > 1:
                 title = title.replace("lowerd: ", f"lowerd {name}: ", 1)

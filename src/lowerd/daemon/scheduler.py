@@ -22,7 +22,7 @@ from lowerd.project.build_state import discard_failed_output, load_state, up_to_
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.result import TargetResult
 from lowerd.worker.entry_site import entry_file
-from lowerd.worker.protocol import WorkerEvent, WorkerJob
+from lowerd.worker.protocol import BuiltEvent, WorkerEvent, WorkerJob
 from lowerd.worker.tasks import spawn
 from lowerd.worker.workers import BuildHandle, WorkerPool
 
@@ -208,6 +208,8 @@ class Scheduler:
 
     def _event(self, build: _Build, event: WorkerEvent) -> None:
         if build.handle is not None and self._is_current(build):
+            if isinstance(event, BuiltEvent):  # written: the lens shows it while it verifies
+                self.results[build.target] = event.result
             self.listener.build_event(build.target, build.handle.build_id, event)
 
     async def _await_result(self, build: _Build) -> None:

@@ -24,14 +24,12 @@ from typing import Any
 from lsprotocol import types
 from pygls.uris import from_fs_path, to_fs_path
 
-from lowerd.daemon.commands import (
-    BuildFinished,
-    BuildStarted,
-)
+from lowerd.daemon.commands import BuildFinished, BuildStarted, BuildWritten
 from lowerd.daemon.diagnostics import read_lines_from_disk
 from lowerd.daemon.editor_view import (
     BUILD_FINISHED,
     BUILD_STARTED,
+    BUILD_WRITTEN,
     EditorView,
 )
 from lowerd.daemon.lsp_protocol import GuardedLanguageServer
@@ -41,7 +39,7 @@ from lowerd.daemon.settings import SECTION
 from lowerd.project.result import TargetResult
 from lowerd.project.version import LOWERD_VERSION
 from lowerd.project.wire import encode
-from lowerd.worker.protocol import PartitionedEvent, ProgressEvent, WorkerEvent
+from lowerd.worker.protocol import BuiltEvent, PartitionedEvent, ProgressEvent, WorkerEvent
 
 
 class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protocol.py)
@@ -94,6 +92,14 @@ class LowerdServer(GuardedLanguageServer):  # answers every request (lsp_protoco
         elif isinstance(event, PartitionedEvent):
             self.view.show_partitioned(target, event.method, event.report)
             self.publish()
+        elif isinstance(event, BuiltEvent):
+            # The build's diagnostics now, while its program runs on the host runtime: the
+            # verification's come with the result (build_finished), of the same sha256.
+            self.view.show_result(target, event.result)
+            self.publish()
+            written = BuildWritten(target, build_id, event.result.sha256)
+            self.protocol.notify(BUILD_WRITTEN, encode(written))
+            self.refresh_code_lenses()
 
     def build_finished(
         self, target: str, build_id: int | None, result: TargetResult, current: bool

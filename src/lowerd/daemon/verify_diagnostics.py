@@ -33,9 +33,9 @@ def verification_diagnostics(
     lines: LineReader = read_lines_from_disk,
 ) -> FileDiagnostics:
     """The Errors of one target's verification, by file; none when it passed or did not run."""
-    verification = result.verification
+    verification = verification_of(result)
     found: FileDiagnostics = {}
-    if verification is None or not result.ok:
+    if verification is None:
         return found
     entry = site_of(result.entry, root) or entry
     if verification.error is not None and entry is not None:
@@ -51,8 +51,17 @@ def verification_diagnostics(
     return found
 
 
-def latency_title(verification: Verification | None) -> str:
+def verification_of(result: TargetResult | None) -> Verification | None:
+    """The result's verification when it is of the result's .pte (its sha256): a verdict is
+    never shown of a program other than the one it ran."""
+    if result is None or not result.ok or result.verification is None:
+        return None
+    return result.verification if result.verification.program == result.sha256 else None
+
+
+def latency_title(result: TargetResult | None) -> str:
     """The lens's latency part: each method's host time by partition; "" when not measured."""
+    verification = verification_of(result)
     if verification is None:
         return ""
     shares = [
@@ -68,8 +77,8 @@ def verification_hover(results: Mapping[str, TargetResult], root: Path, site: Si
     the CPU: its measured time; at a diverging op: the divergence. None when none is here."""
     sections = []
     for target, result in results.items():
-        verification = result.verification
-        if verification is None or not result.ok:
+        verification = verification_of(result)
+        if verification is None:
             continue
         at_entry = site_of(result.entry, root) == site
         items = []

@@ -35,6 +35,8 @@ from lowerd.lowering.reuse import Reuse, decide_reuse, previous_build
 from lowerd.lowering.route import LoweringRoute
 from lowerd.lowering.stages import (
     BuildContext,
+    Built,
+    Emitted,
     EmittedStage,
     Exported,
     Loaded,
@@ -42,7 +44,7 @@ from lowerd.lowering.stages import (
     Progress,
     Written,
 )
-from lowerd.lowering.verify import verify_emitted, verify_kept
+from lowerd.lowering.verify import verify_written
 from lowerd.lowering.verify_reference import eager_reference
 from lowerd.project.build_state import (
     FileStamp,
@@ -70,8 +72,9 @@ if TYPE_CHECKING:  # imported where used: they import torch, which a build loads
 __all__ = ["Partitioned", "Progress", "build_target"]
 
 # The stages run between emission and writing, in order (lowering/stages.py EmittedStage): where
-# a check of the emitted program, or a recipe's rewrite of it, plugs in.
-AFTER_EMIT: tuple[EmittedStage, ...] = (verify_emitted, bundle_emitted)
+# a check of the emitted program, or a recipe's rewrite of it, plugs in. Verification is not one:
+# it runs after the write, once the result without it went out (_verified).
+AFTER_EMIT: tuple[EmittedStage, ...] = (bundle_emitted,)
 
 # File systems stamp mtimes with a coarse clock (a few ms behind time.time_ns()): a file saved
 # just after a build started can carry an mtime just before it.
@@ -86,14 +89,17 @@ def build_target(
     reuse: bool = True,
     on_partitioned: Partitioned | None = None,
     bench: bool = False,
+    on_built: Built | None = None,
 ) -> TargetResult:
     """Build one target; a failure is returned as an error result, never raised.
 
     With `reuse`, a target whose methods export to the programs of its last build keeps its .pte.
-    With `bench`, a verifying target's latency is measured again.
+    With `bench`, a verifying target's latency is measured again. A verifying target's result
+    goes to `on_built` once its .pte is written, before the verification; the one returned has
+    the verification.
     """
     ctx = BuildContext.start(config, target, store, progress or _quiet, on_partitioned)
-    ctx = replace(ctx, bench=bench)
+    ctx = replace(ctx, bench=bench, on_built=on_built)
     outcome = _run(ctx, reuse)
     # The remote tier's part in the build, once its uploads are done (the build record, saved
     # before, keeps the result without it: the part is this run's, not the .pte's).
@@ -178,9 +184,10 @@ def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed:
         decision = decide_reuse(
             ctx.target, exported, previous_build(ctx.config, ctx.target, earlier, reuse)
         )
-        written = _keep_or_lower(ctx, exported, route, decision)
+        written, emitted = _keep_or_lower(ctx, exported, route, decision)
         runtime = _check_runtime(ctx, loaded, written)
         built = _Built(ctx, loaded, written, _memo(qparams, intx), runtime)
+        built = _verified(built, exported, emitted)
         with writing_in_out_dir(ctx.config, state_path(ctx.config, ctx.target), "build record"):
             _record(ctx, recorder, exported, decision, built, earlier)
         return built
@@ -196,18 +203,29 @@ def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed:
 
 def _keep_or_lower(
     ctx: BuildContext, exported: Exported, route: LoweringRoute, decision: Reuse
-) -> Written:
+) -> tuple[Written, Emitted | None]:
+    """The .pte on disk, and the program emitted for it (None: the last build's, kept)."""
     if decision.kept is not None:
-        kept = bundle_kept(ctx, keep(ctx, decision.kept, decision.reports))
-        files = [(f.path, f.kind) for f in kept.data_files]
-        return replace(kept, verification=verify_kept(ctx, kept.output, files))
+        return bundle_kept(ctx, keep(ctx, decision.kept, decision.reports)), None
     _report_provisionally(ctx, decision)
-    if ctx.reference is not None:  # a diverging op is found against the exported programs
-        ctx = replace(ctx, reference=replace(ctx.reference, programs=exported.programs))
     emitted = emit(ctx, lower(ctx, exported, route))
     for stage in AFTER_EMIT:
         emitted = stage(ctx, emitted)
-    return write(ctx, emitted)
+    return write(ctx, emitted), emitted
+
+
+def _verified(built: _Built, exported: Exported, emitted: Emitted | None) -> _Built:
+    """The verify stage, last: the result without it goes out first (on_built), so that an
+    editor's diagnostics never wait for the runtime, then the written program runs. A diverging
+    op is looked for against the exported programs."""
+    ctx = built.ctx
+    if ctx.reference is None or not ctx.target.verify:
+        return built
+    if ctx.on_built is not None:
+        ctx.on_built(built.result(remote=None))
+    if emitted is not None:
+        ctx = replace(ctx, reference=replace(ctx.reference, programs=exported.programs))
+    return replace(built, written=verify_written(ctx, built.written, emitted))
 
 
 def _check_runtime(ctx: BuildContext, loaded: Loaded, written: Written) -> RuntimeCheck:

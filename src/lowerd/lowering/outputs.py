@@ -49,7 +49,6 @@ def write(ctx: BuildContext, emitted: Emitted) -> Written:
         partitions=emitted.partitions,
         seconds=ctx.seconds(),
         needs=emitted.needs,
-        verification=emitted.verification,
     )
 
 

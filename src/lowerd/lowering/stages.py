@@ -16,6 +16,9 @@ frozen record per stage, each stage a function of the build's context and the re
                                          the edge program with its delegates, reports, cache counts
     emit(ctx, Lowered) -> Emitted        the .pte's bytes, its data files' bytes, its sizes
     write(ctx, Emitted) -> Written       on disk, data files first, each atomically
+    verify_written(ctx, Written, Emitted) -> Written
+                                         the written program run on the host runtime, after
+                                         the result without it went out (BuildContext.on_built)
 
 (loading.py: load, quantize, export; reuse.py: decide_reuse; lower.py: lower, by one of the
 routes of route.py; emission.py: emit; outputs.py: write, keep.) The TargetResult is made once,
@@ -24,7 +27,7 @@ from the records, when the last stage is done.
 A stage added later plugs in the same way: a function from the record before it to a new record.
 One that changes the model before export is Loaded -> Loaded, as quantize is (a recipe target's
 source transform is one: lowering/recipe.py runs ExecuTorch's ExportSession stages as lowerd's).
-One that runs after emission (checking the .pte on a runtime, a bundled program) is an
+One that runs after emission (a bundled program) is an
 `EmittedStage`, Emitted -> Emitted: it sees the buffer, the data files and the
 ExecutorchProgramManager, raises a LowerdError to fail the build, or gives back an Emitted whose
 bytes are the ones written (dataclasses.replace on the one it was given); build.py runs those of
@@ -52,7 +55,7 @@ from lowerd.project.loadability import ProgramNeeds
 from lowerd.project.method import Method
 from lowerd.project.rebuild_record import PartitionFacts
 from lowerd.project.report_model import MethodReport
-from lowerd.project.result import CacheSummary, DataFile, ProgramSizes, SourceSite
+from lowerd.project.result import CacheSummary, DataFile, ProgramSizes, SourceSite, TargetResult
 from lowerd.project.source_map import UserFiles
 from lowerd.project.verification import Verification
 
@@ -64,6 +67,9 @@ Progress = Callable[[str, str, str | None], None]
 # method name, its report as soon as partitioning is done (before preprocess): editors show
 # coverage while the slow part still runs.
 Partitioned = Callable[[str, MethodReport], None]
+# The build's result before its verification, once the .pte is written: an editor shows its
+# diagnostics while the program runs on the host runtime (lowering/verify.py).
+Built = Callable[[TargetResult], None]
 # "source_transform": a recipe's torchao quantize_ of the eager model (lowering/recipe.py).
 Stage = Literal[
     "load",
@@ -98,6 +104,7 @@ class BuildContext:
     # taken once the entry is loaded; None when the target does not verify.
     reference: Any = None
     bench: bool = False  # measure the latency again, not take a verification's (`--bench`)
+    on_built: Built | None = None
 
     @classmethod
     def start(
@@ -184,7 +191,6 @@ class Emitted:
     cache: CacheSummary
     partitions: tuple[PartitionFacts, ...]
     needs: ProgramNeeds  # the kernels and backends a runtime must register to load it
-    verification: Verification | None = None  # the verify stage's (lowering/verify.py)
     edge: Any = None  # Lowered's edge program: where the verify stage finds a diverging op
 
 
@@ -207,4 +213,4 @@ class Written:
     seconds: float  # since the build started, as the result reports it
     reused: str | None = None  # "same-program" for the last build's .pte, kept
     needs: ProgramNeeds | None = None  # None: a kept .pte whose record predates them
-    verification: Verification | None = None
+    verification: Verification | None = None  # the verify stage's, of the bytes of `sha256`

@@ -1,9 +1,12 @@
-"""The verification stage: the emitted .pte run on this host's ExecuTorch runtime against eager.
+"""The verification stage: the written .pte run on this host's ExecuTorch runtime against eager.
 
-An EmittedStage (lowering/stages.py), run between emit and write when the target verifies, and
-the same check of a kept .pte (a build that kept the last program checks it too: its inputs or
-tolerance may be new). The runtime runs in a child of the build worker (runtime_run.py); what it
-gives is compared with the reference the build took when the entry loaded (verify_reference.py).
+The last stage (lowering/stages.py), run after the .pte is written when the target verifies,
+and the same check of a kept .pte (a build that kept the last program checks it too: its inputs
+or tolerance may be new). It runs after the build's result went out without it (build.py
+`_verified`), so an editor's diagnostics do not wait for the runtime: the verification follows
+as the same build's last result, of the program whose sha256 it names (`program`). The
+runtime runs in a child of the build worker (runtime_run.py); what it gives is compared with
+the reference the build took when the entry loaded (verify_reference.py).
 
 A verification is memoized in the content-addressed cache by the .pte's and .ptd's sha256, the
 inputs' and eager outputs' digest, the runtime's version and the settings: an unchanged program
@@ -23,7 +26,7 @@ from typing import Any
 from lowerd.lowering.divergence import first_divergence, first_diverging_partition
 from lowerd.lowering.runtime_profile import method_instructions
 from lowerd.lowering.runtime_run import RunRequest, RuntimeRun, run_on_runtime
-from lowerd.lowering.stages import BuildContext, Emitted
+from lowerd.lowering.stages import BuildContext, Emitted, Written
 from lowerd.lowering.verify_compare import check_case, tolerance_for
 from lowerd.lowering.verify_reference import Reference, float_program
 from lowerd.project.build_state import tool_versions
@@ -41,22 +44,30 @@ from lowerd.project.wire import WireError, decode, encode
 MEMO_KIND = "verify"
 
 
-def verify_emitted(ctx: BuildContext, emitted: Emitted) -> Emitted:
-    """The stage: the emitted program's verification, when the target verifies."""
-    if ctx.reference is None or not ctx.target.verify:  # a bundled target has one too
-        return emitted
-    ptd = next((f.data for f in emitted.data_files if f.kind == "ptd"), None)
-    return replace(emitted, verification=verify_program(ctx, emitted.buffer, ptd, emitted.edge))
-
-
-def verify_kept(
-    ctx: BuildContext, output: str, data_files: list[tuple[str, str]]
-) -> Verification | None:
-    """The kept .pte's verification (its bytes read back from the disk), when asked."""
-    if ctx.reference is None or not ctx.target.verify:
-        return None
-    ptd = next((Path(path).read_bytes() for path, kind in data_files if kind == "ptd"), None)
-    return verify_program(ctx, Path(output).read_bytes(), ptd)
+def verify_written(ctx: BuildContext, written: Written, emitted: Emitted | None) -> Written:
+    """The stage, after the write: the written program's verification, when the target
+    verifies. `emitted`: this build's program (its bytes and its lowered program, where a
+    diverging op is looked for); None for a kept .pte, whose bytes are read back from the disk
+    (it is checked too: its inputs or tolerance may be new)."""
+    if ctx.reference is None or not ctx.target.verify:  # a bundled target has a reference too
+        return written
+    if emitted is not None:
+        ptd = next((f.data for f in emitted.data_files if f.kind == "ptd"), None)
+        verification = verify_program(ctx, emitted.buffer, ptd, emitted.edge)
+    else:
+        files = [(f.path, f.kind) for f in written.data_files]
+        ptd = next((Path(path).read_bytes() for path, kind in files if kind == "ptd"), None)
+        verification = verify_program(ctx, Path(written.output).read_bytes(), ptd)
+    if verification.program != written.sha256:  # another build wrote the file meanwhile
+        verification = Verification.failed(
+            runtime_name(),
+            verification.reference,
+            f"the .pte on disk ({written.sha256[:12]}) is not the program verified "
+            f"({verification.program[:12]}): written again while it was read",
+            verification.seconds,
+            written.sha256,
+        )
+    return replace(written, verification=verification)
 
 
 def verify_program(
@@ -68,15 +79,18 @@ def verify_program(
     assert reference is not None
     ctx.stage("verify")
     started = time.perf_counter()
+    program = hashlib.sha256(pte).hexdigest()
     settings = VerifySettings.of(ctx.target, ctx.bench)
     key = _memo_key(pte, ptd, reference, settings)
     if not settings.bench and ctx.store is not None:
         remembered = _remembered(ctx, key)
         if remembered is not None:
-            return replace(remembered, reused=True, seconds=time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            return replace(remembered, program=program, reused=True, seconds=seconds)
     inputs = {name: [case.inputs for case in cases] for name, cases in reference.cases.items()}
     run = run_on_runtime(RunRequest(pte, ptd, inputs, settings.warmup, settings.runs))
-    verification = _verification(reference, settings, run, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    verification = _verification(reference, settings, run, seconds, program)
     if edge is not None and verification.verdict == "fail":
         verification = _localized(ctx, reference, (pte, ptd, edge), verification)
     elif edge is None and ctx.store is not None:  # a kept program, measured again: the same ops
@@ -87,11 +101,11 @@ def verify_program(
 
 
 def _verification(
-    reference: Reference, settings: VerifySettings, run: RuntimeRun, seconds: float
+    reference: Reference, settings: VerifySettings, run: RuntimeRun, seconds: float, program: str
 ) -> Verification:
     against = "the float model" if reference.quantized else "eager"
     if run.error is not None:
-        return Verification.failed(runtime_name(), against, run.error, seconds)
+        return Verification.failed(runtime_name(), against, run.error, seconds, program)
     methods = {}
     for name, cases in reference.cases.items():
         expected = cases[0].expected if cases else ()
@@ -106,7 +120,7 @@ def _verification(
         methods[name] = MethodVerification(
             verdict, tolerance, checks, latency=_latency(run, name, settings)
         )
-    return Verification.of(runtime_name(), against, methods, seconds)
+    return Verification.of(runtime_name(), against, methods, seconds, program)
 
 
 def _localized(
@@ -197,7 +211,7 @@ def host_name() -> str:
 def _memo_key(pte: bytes, ptd: bytes | None, reference: Reference, settings: VerifySettings) -> str:
     digest = hashlib.sha256()
     for part in (
-        hashlib.sha256(pte).hexdigest(),
+        hashlib.sha256(pte).hexdigest(),  # the verification's `program`
         hashlib.sha256(ptd).hexdigest() if ptd is not None else "-",
         reference.digest(),
         runtime_name(),

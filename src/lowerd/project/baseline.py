@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -94,6 +94,27 @@ class Change:
     baseline: float | None
     now: float | None
     regression: bool
+
+
+@dataclass(frozen=True)
+class CheckDocument:
+    """`lowerd check --json`: what moved against the baseline file, regressions first; the
+    targets that failed to build or would not load on their runtime ("NAME: why"); how many
+    targets were compared; `passed` when nothing regressed and none is broken (exit 0)."""
+
+    baseline: str
+    targets: int
+    changes: tuple[Change, ...]
+    broken: tuple[str, ...]
+    passed: bool
+
+    @classmethod
+    def of(
+        cls, path: Path, targets: int, changes: Sequence[Change], broken: Sequence[str]
+    ) -> CheckDocument:
+        ordered = tuple(sorted(changes, key=lambda change: not change.regression))
+        passed = not broken and not any(change.regression for change in changes)
+        return cls(str(path), targets, ordered, tuple(broken), passed)
 
 
 def compare(baseline: Mapping[str, Facts], now: Mapping[str, Facts]) -> list[Change]:

@@ -203,21 +203,25 @@ class MethodVerification:
 class Verification:
     """A target's verification: its verdict, each method's, the runtime that ran it ("executorch
     1.5.1 on this host"), what the outputs were compared with ("eager", or "the float model"
-    for a quantized target) and why it failed to run at all (a .pte the runtime rejects, a
+    for a quantized target), the sha256 of the .pte it ran (`program`), and why it failed to
+    run at all (a .pte the runtime rejects, a
     runtime that crashed). `reused`: the same program, inputs, runtime and settings were
     verified before; these are that verification's facts, not run again."""
 
     verdict: Verdict
     runtime: str
     reference: str
+    program: str  # the sha256 of the .pte run: a verdict is of these bytes, never another's
     methods: dict[str, MethodVerification] = field(default_factory=dict)
     error: str | None = field(default=None, metadata=_ONLY_GIVEN)
     reused: bool = False
     seconds: float = field(default=0.0, metadata=wire_field(digits=3))
 
     @classmethod
-    def failed(cls, runtime: str, reference: str, error: str, seconds: float) -> Verification:
-        return cls("error", runtime, reference, error=error, seconds=seconds)
+    def failed(
+        cls, runtime: str, reference: str, error: str, seconds: float, program: str
+    ) -> Verification:
+        return cls("error", runtime, reference, program, error=error, seconds=seconds)
 
     @classmethod
     def of(
@@ -226,9 +230,10 @@ class Verification:
         reference: str,
         methods: Mapping[str, MethodVerification],
         seconds: float,
+        program: str,
     ) -> Verification:
         verdict = verdict_of(method.verdict for method in methods.values())
-        return cls(verdict, runtime, reference, dict(methods), seconds=seconds)
+        return cls(verdict, runtime, reference, program, dict(methods), seconds=seconds)
 
     @property
     def passed(self) -> bool:

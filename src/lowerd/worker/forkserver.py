@@ -10,8 +10,8 @@ over from the previous build. The fork server itself never runs user code.
 
 messages in:  protocol.WorkerJob (with the pipe's fd), protocol.PreloadRequest
 messages out: protocol.ForkServerMessage (ready, started, exited, preloaded)
-worker events (on the pipe): protocol.WorkerEvent (progress..., partitioned..., libraries,
-peak_rss, then the result)
+worker events (on the pipe): protocol.WorkerEvent (progress..., partitioned..., a verifying
+target's built result, libraries, peak_rss, then the result)
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from lowerd.worker.frames import write_frame
 from lowerd.worker.kill import kill_worker
 from lowerd.worker.libraries import imported_libraries
 from lowerd.worker.protocol import (
+    BuiltEvent,
     ExitedMessage,
     ForkServerMessage,
     LibrariesEvent,
@@ -380,6 +381,9 @@ def _build(job: WorkerJob, events: BinaryIO) -> None:
     def partitioned(method: str, report: MethodReport) -> None:
         send(PartitionedEvent(method, report))
 
+    def built(result: TargetResult) -> None:
+        send(BuiltEvent(result))
+
     try:
         config = load_config(Path(job.config)).with_backends(job.backends)
         if job.verify:  # `lowerd verify`: this target verifies, whatever the file says
@@ -398,7 +402,14 @@ def _build(job: WorkerJob, events: BinaryIO) -> None:
     reuse = job.use_cache  # --no-cache skips the kept-.pte shortcut too
     modules_before = set(sys.modules)
     result = build_target(
-        config, target, store, progress, reuse, on_partitioned=partitioned, bench=bool(job.bench)
+        config,
+        target,
+        store,
+        progress,
+        reuse,
+        on_partitioned=partitioned,
+        bench=bool(job.bench),
+        on_built=built,
     )
     if job.warm_libraries and config.warm_libraries:  # for the server's next forks
         send(LibrariesEvent(tuple(imported_libraries(modules_before, config.root))))

@@ -4,8 +4,9 @@ typed: each is written and read by project/wire.py, the msgpack map on the wire 
 private-socket requests and answers are daemon/rpc_messages.py's.
 
 A build worker's event pipe (worker/forkserver.py writes; the supervisor, worker/workers.py,
-reads), in this order: ProgressEvent... PartitionedEvent... LibrariesEvent, PeakRssEvent, then
-ResultEvent.
+reads), in this order: ProgressEvent... PartitionedEvent... [BuiltEvent, ProgressEvent("verify")]
+LibrariesEvent, PeakRssEvent, then ResultEvent. A verifying target's BuiltEvent is its result
+once the .pte is written, before the verification; its ResultEvent is the same with it.
 
 The fork server's channel (worker/fork_server_client.py <-> worker/forkserver.py, one message
 a packet): to it WorkerJob (with the event pipe's fd) or PreloadRequest; from it ReadyMessage,
@@ -122,6 +123,17 @@ class PeakRssEvent:
 
 @wire_shape(tag="type")
 @dataclass(frozen=True)
+class BuiltEvent:
+    """A verifying target's result once its .pte is written, before the program runs on the
+    host runtime: an editor shows its diagnostics now, the verification when ResultEvent comes."""
+
+    type: ClassVar[str] = "built"
+
+    result: TargetResult
+
+
+@wire_shape(tag="type")
+@dataclass(frozen=True)
 class ResultEvent:
     """The last event: the target's result."""
 
@@ -130,10 +142,13 @@ class ResultEvent:
     result: TargetResult
 
 
-WorkerEvent = ProgressEvent | PartitionedEvent | LibrariesEvent | PeakRssEvent | ResultEvent
+WorkerEvent = (
+    ProgressEvent | PartitionedEvent | BuiltEvent | LibrariesEvent | PeakRssEvent | ResultEvent
+)
 EVENTS: tuple[type[WorkerEvent], ...] = (
     ProgressEvent,
     PartitionedEvent,
+    BuiltEvent,
     LibrariesEvent,
     PeakRssEvent,
     ResultEvent,
