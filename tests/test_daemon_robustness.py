@@ -224,12 +224,15 @@ def test_a_status_file_that_is_a_fifo_is_neither_waited_on_nor_removed(
     blocked the read (and the daemon's exit) for good."""
     paths = DaemonPaths.for_root(tmp_path)
     os.mkfifo(paths.status)
-    closing = threading.Thread(target=remove_files, args=(paths, os.getpid()), daemon=True)
-    closing.start()
-    closing.join(DEADLINE)  # a guard against the hang, not a measure
-    assert not closing.is_alive(), "remove_files waits on the FIFO"
-    assert read_status(paths) is None
-    assert paths.status.exists()  # not a file lowerd wrote: left alone
+    try:
+        closing = threading.Thread(target=remove_files, args=(paths, os.getpid()), daemon=True)
+        closing.start()
+        closing.join(DEADLINE)  # a guard against the hang, not a measure
+        assert not closing.is_alive(), "remove_files waits on the FIFO"
+        assert read_status(paths) is None
+        assert paths.status.exists()  # not a file lowerd wrote: left alone
+    finally:
+        paths.status.unlink()  # the module's runtime folder is shared
 
 
 # Malformed requests: an error frame naming the field, and the daemon goes on ------------------
