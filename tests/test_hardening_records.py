@@ -183,10 +183,10 @@ def test_a_record_that_is_not_a_regular_file_is_refused_without_blocking(
     read = read_without_blocking(project, path)
     assert read.state is None and read.refused
     expected = {
-        "a directory": "not a regular file: a directory",
-        "a FIFO": "not a regular file: a FIFO",
-        "a link to /dev/zero": "not a regular file: a character device",
-        "a huge file": f"larger than {MAX_RECORD_BYTES} bytes ({MAX_RECORD_BYTES + 1})",
+        "a directory": "a folder, not a regular file",
+        "a FIFO": "a FIFO, not a regular file",
+        "a link to /dev/zero": "a character device, not a regular file",
+        "a huge file": f"{MAX_RECORD_BYTES + 1} bytes, over the {MAX_RECORD_BYTES}-byte limit",
     }
     assert read.refused == expected[kind]
     assert_said_everywhere(project, read.refused, tmp_path, capsys)
@@ -219,7 +219,7 @@ def test_a_build_over_a_fifo_record_rebuilds_and_says_so(project: ProjectConfig)
     document, outcome = batch.outcome()
     assert outcome == "ok"
     assert document["warnings"] == [
-        "quoted: build record ignored (not a regular file: a FIFO); the target rebuilds"
+        "quoted: build record ignored (a FIFO, not a regular file); the target rebuilds"
     ]
     assert path.is_file() and load_state(project, target(project)) is not None
 

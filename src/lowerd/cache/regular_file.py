@@ -35,6 +35,12 @@ class FileTooLarge(OSError):
 
 def read_regular_file(path: Path, cap: int = DEFAULT_CAP) -> bytes:
     """The file's bytes; NotARegularFile, FileTooLarge or the open's OSError otherwise."""
+    return read_regular_file_and_status(path, cap)[0]
+
+
+def read_regular_file_and_status(path: Path, cap: int) -> tuple[bytes, os.stat_result]:
+    """The file's bytes and the fstat of what was read (its mtime decides, for a build record,
+    whether it is newer than a source)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     try:
         found = os.fstat(fd)
@@ -50,7 +56,7 @@ def read_regular_file(path: Path, cap: int = DEFAULT_CAP) -> bytes:
         data = file.read(cap + 1)  # a file that grew since the fstat is still read to the cap only
     if len(data) > cap:
         raise FileTooLarge(path, len(data), cap)
-    return data
+    return data, found
 
 
 def file_kind(mode: int) -> str:

@@ -21,11 +21,11 @@ from typing import Any
 import msgpack
 
 from lowerd.cache.atomic import write_atomic
+from lowerd.cache.regular_file import read_regular_file_and_status
 from lowerd.project.backends import backend_by_details_class
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.rebuild_record import INPUTS_CHANGED, RebuildRecord
 from lowerd.project.record_check import RecordRefused, inconsistency, source_lines_problem
-from lowerd.project.regular_file import read_regular_file
 from lowerd.project.result import TargetResult
 from lowerd.project.verification import VerifySettings
 from lowerd.project.wire import WireError, decode, encode, wire_field
@@ -157,7 +157,7 @@ def read_state(config: ProjectConfig, target: TargetConfig) -> RecordRead:
     not its output's) is no record, with the reason: the target rebuilds, nothing is misread."""
     path = state_path(config, target)
     try:
-        data, status = read_regular_file(path, MAX_RECORD_BYTES)
+        data, status = read_regular_file_and_status(path, MAX_RECORD_BYTES)
     except FileNotFoundError:
         return RecordRead(None)
     except OSError as error:
