@@ -40,9 +40,11 @@ from testkit.stock_lowering import importable
 
 pytest.importorskip("transformers")
 
-# The one-layer edit: the second layer's MLP down projection, its weight halved.
+# The one-layer edit: the first layer's MLP activation, SiLU (sigmoid, mul) made a GELU (one op).
+# Each later mul is named one lower, the inputs of the partitions downstream too: they are named
+# after the op that made them upstream (`aten_mul_tensor_13` becomes `aten_mul_tensor_12`).
 UNEDITED = "    model.eval()\n"
-EDITED = UNEDITED + "    model.model.layers[1].mlp.down_proj.weight.data.mul_(0.5)\n"
+EDITED = UNEDITED + '    model.model.layers[0].mlp.act_fn = torch.nn.GELU(approximate="tanh")\n'
 
 # The stock script's digests (transformers' model code changes the graph: 5.0's differs).
 STOCK_VERSIONS = {
@@ -53,7 +55,7 @@ STOCK_VERSIONS = {
 }
 STOCK_DIGESTS = {
     UNEDITED: "cdab1376c56e6fc234c9690b7f87bd49c1286caaeabdd8028b6c07bb2eb70800",
-    EDITED: "813c3ac1ae96c57c491273cb4e38abc760c58fe5a797058c0690d8e2fb8b7b72",
+    EDITED: "9c54aa86f922f3dcbd1e1d784bc5c0bff5b75486701ec272a9cf2125ed719ac1",
 }
 
 
@@ -131,7 +133,7 @@ def test_a_one_layer_edit_reuses_every_other_partition(cold: Built, tmp_path: Pa
     before = cold.result.methods["forward"].partitions
     after = result.methods["forward"].partitions
     assert len(after) == len(before) > 2
-    # The partition holding layers.1.mlp.down_proj is lowered again; every other one is served.
+    # The partition holding layers.0.mlp is lowered again; every other one is served.
     assert (result.cache.hits, result.cache.misses) == (len(before) - 1, 1)
     assert [p.cache for p in after].count("miss") == 1
 

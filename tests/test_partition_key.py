@@ -160,3 +160,20 @@ def test_stable_naming_keys_names_and_handles_by_position() -> None:
     assert after.digest() == before.digest()
     assert after.handles == tuple(h + 100 for h in before.handles)
     assert details(program).diff(key_details("XnnpackBackend", [edge_program()], [[]]).details)
+
+
+class Renamed(Scaled):
+    """The same model, its input named otherwise: as a partition's input is named after the op
+    that made it upstream (`aten_mul_tensor_13`), which an op added earlier renames."""
+
+    def forward(self, renamed: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return super().forward(renamed)
+
+
+def test_stable_naming_keys_an_inputs_name_by_position() -> None:
+    torch.manual_seed(0)
+    exported = torch.export.export(Renamed().eval(), (torch.randn(2, 4),))
+    renamed = to_edge(exported).exported_program()
+    assert "renamed" in [n.target for n in renamed.graph.nodes if n.op == "placeholder"]
+    assert stable(renamed).digest() == stable(edge_program()).digest()
+    assert details(renamed).diff(details(edge_program())) == ["graph", "signature"]

@@ -164,7 +164,7 @@ class _Encoder:
         return (
             node.op,
             self.name(node.name),
-            _encode_value(node.target, self),
+            self.target(node),
             _encode_value(node.args, self),
             _encode_value(node.kwargs, self),
             meta,
@@ -172,6 +172,13 @@ class _Encoder:
 
     def name(self, name: str) -> str:
         return self.positions.get(name, name) if self.stable else name
+
+    def target(self, node: torch.fx.Node) -> Any:
+        """A placeholder's target is its name: the partition's input, named after the op that
+        made it upstream (`aten_mul_tensor_13`), which an op added earlier in the model renames."""
+        if node.op == "placeholder" and isinstance(node.target, str):
+            return self.name(node.target)
+        return _encode_value(node.target, self)
 
     def meta(self, name: str, value: Any) -> Any:
         if name == "debug_handle" and isinstance(value, int):
