@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import io
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -148,12 +149,20 @@ def run_stock_script(script: str, folder: Path, monkeypatch: Any) -> dict[str, s
     path.write_text(script)
     monkeypatch.chdir(folder)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    runpy.run_path(str(path), run_name="__main__")
-    return {
+    said = io.StringIO()
+    with redirect_stdout(said):
+        runpy.run_path(str(path), run_name="__main__")
+    written = {
         file.name: hashlib.sha256(file.read_bytes()).hexdigest()
         for file in sorted(folder.iterdir())
         if file.name != "stock.py"
     }
+    # the script says each .pte's digest, as a user running it reads it
+    lines = said.getvalue().splitlines()
+    for name in (name for name in written if name.endswith(".pte")):
+        said_line = f"{name}: sha256 {written[name]}"
+        assert any(line.endswith(said_line) for line in lines), (said_line, lines)
+    return written
 
 
 # optimum-executorch 1.1.0's xnnpack recipe (optimum/exporters/executorch), its calls written out -

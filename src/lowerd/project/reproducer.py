@@ -149,7 +149,7 @@ _WRITE = """
 OUT.mkdir(parents=True, exist_ok=True)
 pte = OUT / (TARGET + ".pte")
 pte.write_bytes(manager.buffer)
-print(f"{{pte}}: sha256 {{hashlib.sha256(manager.buffer).hexdigest()}}")
+print(f"{pte}: sha256 {hashlib.sha256(manager.buffer).hexdigest()}")
 """
 
 
