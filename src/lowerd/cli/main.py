@@ -70,7 +70,7 @@ def _add_build(commands: Subcommands) -> None:
     build.add_argument(
         "targets", nargs="*", metavar="TARGET", help="targets to build (default all)"
     )
-    build.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    _add_config(build)
     build.add_argument("--json", action="store_true", help="print the report as one JSON document")
     build.add_argument("--no-cache", action="store_true", help="preprocess every partition afresh")
     build.add_argument(
@@ -125,8 +125,7 @@ def _add_verify(commands: Subcommands) -> None:
         help="build targets, run each .pte on this host's ExecuTorch runtime and compare every "
         "method's outputs with eager; exit 1 if one is off",
     )
-    verify.add_argument("targets", nargs="*", metavar="TARGET", help="targets (default all)")
-    verify.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    _add_targets(_add_config(verify))
     verify.add_argument(
         "--json", action="store_true", help="print the results as one JSON document"
     )
@@ -147,8 +146,7 @@ def _run_verify(args: argparse.Namespace) -> int:
 def _add_report(commands: Subcommands) -> None:
     """`lowerd report`: the last build's report, from the records."""
     report = commands.add_parser("report", help="show the last build's report, without building")
-    report.add_argument("targets", nargs="*", metavar="TARGET", help="targets (default all)")
-    report.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    _add_targets(_add_config(report))
     shown = report.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true", help="print the report as one JSON document")
     shown.add_argument(
@@ -173,7 +171,7 @@ def _add_compare(commands: Subcommands) -> None:
         help="backends to compare, comma-separated (default: every known one: "
         "xnnpack,vulkan,coreml)",
     )
-    compare.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    _add_config(compare)
     compare.add_argument("--json", action="store_true", help="print it as one JSON document")
     compare.add_argument(
         "--no-cache", action="store_true", help="preprocess every partition afresh"
@@ -201,7 +199,7 @@ def _add_explain(commands: Subcommands) -> None:
     explain.add_argument(
         "targets", nargs="*", metavar="TARGET", help="targets to explain (default all)"
     )
-    explain.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    _add_config(explain)
     explain.add_argument("--json", action="store_true", help="print it as one JSON document")
     explain.set_defaults(run=_run_explain)
 
@@ -212,7 +210,7 @@ def _add_stock_script(commands: Subcommands) -> None:
         "stock-script", help="print a stock ExecuTorch script that reproduces a target"
     )
     script.add_argument("target", metavar="TARGET")
-    script.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    _add_config(script)
     script.set_defaults(run=_run_stock_script)
 
 
@@ -223,8 +221,7 @@ def _add_oplist(commands: Subcommands) -> None:
         help="write the op list the targets' programs need, as ExecuTorch's selective build "
         "reads it (selected_operators.yaml)",
     )
-    oplist.add_argument("targets", nargs="*", metavar="TARGET", help="targets (default all)")
-    oplist.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    _add_targets(_add_config(oplist))
     oplist.add_argument("-o", "--output", metavar="FILE", help="write it to FILE (default: stdout)")
     oplist.set_defaults(run=_run_oplist)
 
@@ -237,8 +234,7 @@ def _add_check(commands: Subcommands) -> None:
         "memory, error and latency when verified) with lowerd.baseline.toml; exit 1 on a "
         "regression",
     )
-    check.add_argument("targets", nargs="*", metavar="TARGET", help="targets (default all)")
-    check.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    _add_targets(_add_config(check))
     mode = check.add_mutually_exclusive_group()
     mode.add_argument(
         "--update", action="store_true", help="write this build's facts as the new baseline"
@@ -447,3 +443,15 @@ def _run_cache_clear(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _add_config(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The --config every project command takes."""
+    parser.add_argument("--config", help="pyproject.toml to use (default: found from the cwd up)")
+    return parser
+
+
+def _add_targets(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The targets a command acts on, all by default."""
+    parser.add_argument("targets", nargs="*", metavar="TARGET", help="targets (default all)")
+    return parser
