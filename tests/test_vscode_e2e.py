@@ -6,6 +6,7 @@ editors/vscode/dist/lowerd.vsix and opens a copy of tests/projects/editor (its `
 only); editors/vscode/e2e/run.mjs drives it in Debian's chromium with playwright-core and waits,
 phase by phase, for what a user sees: the not-delegated warnings at the pow and cumsum lines in
 the Problems panel, the coverage in the status bar, the coverage code lens above the entry, the
+host latency it adds once the verified target's .pte ran on this host (`verify = true`), the
 inlay hints, the report webview opened from the lens, *lowerd: Build target…* from the command
 palette, lowerd's code actions on a warning and the explanation *Explain this rebuild* opens, the
 compare view from *Compare backends*, and the pow warning gone after a save that fixes it.
@@ -138,16 +139,17 @@ def install_code_server() -> Path:
 
 
 def copy_project(root: Path) -> None:
-    """tests/projects/editor with only the refused target: one build per save."""
+    """tests/projects/editor with only the refused target, verified: one build per save, and
+    its .pte run on this host's runtime after each (a fraction of a second on this model)."""
     shutil.copytree(PROJECT, root, ignore=shutil.ignore_patterns("build", "__pycache__"))
     pyproject = root / "pyproject.toml"
     text = pyproject.read_text()
     tables = re.split(r"(?m)^(?=\[tool\.lowerd\.targets\.)", text)
+    header = f"[tool.lowerd.targets.{TARGET}]"
     kept = [
-        t
+        t.replace(header, f"{header}\nverify = true", 1) if t.startswith(header) else t
         for t in tables
-        if not t.startswith("[tool.lowerd.targets.")
-        or t.startswith(f"[tool.lowerd.targets.{TARGET}]")
+        if not t.startswith("[tool.lowerd.targets.") or t.startswith(header)
     ]
     pyproject.write_text("".join(kept))
 
@@ -353,6 +355,15 @@ def test_coverage_code_lens_above_the_entry(drive: dict[str, Any]):
         lens["text"],
     ), lens
     assert any("Build .pte" in text for text in lens["lenses"]), lens
+
+
+def test_verified_lens_shows_the_host_latency(drive: dict[str, Any]):
+    """verify = true: the .pte ran on this host's runtime; the lens says how long each part took."""
+    lens = phase(drive, "verified-lens")
+    assert lens.startswith("lowerd"), lens
+    match = re.search(r" · forward ([\d.e+-]+) ms here · XNNPACK #1 ([\d.e+-]+) ms", lens)
+    assert match and float(match[1]) > 0 and float(match[2]) > 0, lens
+    assert " · CPU " in lens, lens  # pow and cumsum, run by the CPU kernels
 
 
 def test_inlay_hints_at_the_line_ends(drive: dict[str, Any]):

@@ -311,6 +311,16 @@ try {
     }),
   );
 
+  // The target is verified (verify = true): once its .pte has run on this host's runtime, the
+  // coverage lens carries each method's host latency.
+  await phase("verified-lens", () =>
+    until("the host latency (forward … ms here) in the coverage code lens", async () => {
+      const texts = await page.$$eval(".codelens-decoration a", (all) => all.map((a) => (a.textContent ?? "").trim()));
+      const lens = texts.find((text) => text.includes("ops on XNNPACK"));
+      return { done: / · forward [\d.e+-]+ ms here · XNNPACK #1 /.test(lens ?? ""), value: lens, seen: texts };
+    }),
+  );
+
   await phase("inlay-hints", () =>
     until("→ CPU at the pow and cumsum lines, → XNNPACK #1 at the first Linear's", async () => {
       const seen = {
