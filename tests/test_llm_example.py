@@ -3,6 +3,8 @@ cache, torchao's 8da4w, optimum-executorch's export and lowering settings, the r
 methods) writes the bytes of optimum's xnnpack recipe written out (tests/stock.py optimum_pte),
 its report stays short, and its second build after a one-layer edit serves every partition the
 edit left alone from the blob cache, with the stock script's bytes for the edited model.
+optimum's default variant (tests/projects/optimum, transformers' SDPA and static cache on the
+same model) writes its stock bytes too.
 
 One cold build serves every test (module fixture); the edited build starts from a copy of its
 cache. A build of this model costs ~30 s of CPU and the stock script ~35 s: with the versions the
@@ -29,6 +31,8 @@ from lowerd.project.result import TargetResult
 
 from helpers import EXAMPLES
 from stock import (
+    PROJECTS,
+    call_entry,
     entry_function,
     forget_project_modules,
     importable_copy,
@@ -46,6 +50,8 @@ pytest.importorskip("transformers")
 UNEDITED = "    model.eval()\n"
 EDITED = UNEDITED + '    model.model.layers[0].mlp.act_fn = torch.nn.GELU(approximate="tanh")\n'
 
+DEFAULT = "make_default"  # the entry of optimum's default variant in models/llm.py
+
 # The stock script's digests (transformers' model code changes the graph: 5.0's differs).
 STOCK_VERSIONS = {
     "torch": "2.13.0+cpu",
@@ -56,6 +62,9 @@ STOCK_VERSIONS = {
 STOCK_DIGESTS = {
     UNEDITED: "cdab1376c56e6fc234c9690b7f87bd49c1286caaeabdd8028b6c07bb2eb70800",
     EDITED: "9c54aa86f922f3dcbd1e1d784bc5c0bff5b75486701ec272a9cf2125ed719ac1",
+    # optimum's default variant (transformers' SDPA and static cache, no quantization): also what
+    # /work/research22/stock_optimum.py writes with these versions
+    DEFAULT: "55f94207d934bb77a031f9a8f50b820302216208fa2e4af69f8b4009a2a4ba5b",
 }
 
 
@@ -86,9 +95,14 @@ def optimum_stock(root: Path) -> str:
         return sha256(optimum_pte(method, custom_sdpa=True))
 
 
-def stock_digest(root: Path, edit: str) -> str:
+def stock_digest(root: Path, variant: str) -> str:
     if all(version(name) == made_with for name, made_with in STOCK_VERSIONS.items()):
-        return STOCK_DIGESTS[edit]
+        return STOCK_DIGESTS[variant]
+    if variant == DEFAULT:
+        with importable(root):
+            return sha256(
+                optimum_pte(call_entry(root, "models/llm.py:make_default"), custom_sdpa=False)
+            )
     return optimum_stock(root)
 
 
@@ -136,6 +150,21 @@ def test_a_one_layer_edit_reuses_every_other_partition(cold: Built, tmp_path: Pa
     # The partition holding layers.0.mlp is lowered again; every other one is served.
     assert (result.cache.hits, result.cache.misses) == (len(before) - 1, 1)
     assert [p.cache for p in after].count("miss") == 1
+
+
+def test_optimums_default_recipe_as_a_target(tmp_path: Path) -> None:
+    """optimum's default variant (tests/projects/optimum: keyword inputs, strict export under
+    no_grad with a module pass and a second export, transform passes, edge and emit configs,
+    memory planning, 12 constant methods) on the example's model."""
+    with importable_copy(PROJECTS / "optimum", tmp_path / "optimum") as root:
+        (root / "models").mkdir()
+        shutil.copy(EXAMPLES / "models" / "llm.py", root / "models" / "llm.py")
+        config = load_config(root / "pyproject.toml")
+        forget_project_modules(root)
+        result = build_target(config, config.targets["model"], None)
+        forget_project_modules(root)
+        assert result.status == "ok", result.error
+        assert result.sha256 == stock_digest(root, DEFAULT)
 
 
 def _line(root: Path, text: str) -> int:
