@@ -81,7 +81,7 @@ def verify_program(
     started = time.perf_counter()
     program = hashlib.sha256(pte).hexdigest()
     settings = VerifySettings.of(ctx.target, ctx.bench)
-    key = _memo_key(pte, ptd, reference, settings)
+    key = _memo_key(program, ptd, reference, settings)
     if not settings.bench and ctx.store is not None:
         remembered = _remembered(ctx, key)
         if remembered is not None:
@@ -208,10 +208,13 @@ def host_name() -> str:
     return f"this host ({platform.machine()}, {os.cpu_count()} cores), not the device"
 
 
-def _memo_key(pte: bytes, ptd: bytes | None, reference: Reference, settings: VerifySettings) -> str:
+def _memo_key(
+    program: str, ptd: bytes | None, reference: Reference, settings: VerifySettings
+) -> str:
+    """`program`: the .pte's sha256, hashed once by verify_program."""
     digest = hashlib.sha256()
     for part in (
-        hashlib.sha256(pte).hexdigest(),  # the verification's `program`
+        program,  # the verification's `program`
         hashlib.sha256(ptd).hexdigest() if ptd is not None else "-",
         reference.digest(),
         runtime_name(),
