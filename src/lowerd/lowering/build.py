@@ -25,9 +25,10 @@ from lowerd.cache.remote import RemoteReport
 from lowerd.cache.store import BlobStore
 from lowerd.cache.tiered import TieredStore
 from lowerd.lowering.bundle import bundle_emitted, bundle_kept
+from lowerd.lowering.edited_region import EditedRegion, edited_regions
 from lowerd.lowering.emission import emit
 from lowerd.lowering.inputs import InputRecorder
-from lowerd.lowering.loading import export, load, quantize
+from lowerd.lowering.loading import export, load, module_trees, quantize
 from lowerd.lowering.lower import choose_route, lower
 from lowerd.lowering.outputs import keep, write
 from lowerd.lowering.recipe import with_recipe
@@ -175,21 +176,24 @@ def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed:
             # the intx weights; [quantize] runs the same.
             with qparams.installed(), intx.installed():
                 loaded = load(ctx)
+                trees = module_trees(loaded)  # before anything runs the model
                 ctx = with_recipe(ctx.at_entry(loaded.entry))  # a recipe target's recipe
                 # The eager outputs to verify against: the float model's, before quantize.
                 ctx = replace(ctx, reference=eager_reference(ctx, loaded))
                 loaded = quantize(ctx, loaded)
             route = choose_route(ctx)
+            # The edited modules' refusals, lowered alone, before the whole program exports.
+            regions = edited_regions(ctx, loaded, route, trees, earlier)
             exported = export(ctx, loaded)
         decision = decide_reuse(
             ctx.target, exported, previous_build(ctx.config, ctx.target, earlier, reuse)
         )
-        written, emitted = _keep_or_lower(ctx, exported, route, decision)
+        written, emitted = _keep_or_lower(ctx, exported, route, decision, regions)
         runtime = _check_runtime(ctx, loaded, written)
         built = _Built(ctx, loaded, written, _memo(qparams, intx), runtime)
         built = _verified(built, exported, emitted)
         with writing_in_out_dir(ctx.config, state_path(ctx.config, ctx.target), "build record"):
-            _record(ctx, recorder, exported, decision, built, earlier)
+            _record(ctx, recorder, exported, decision, built, earlier, trees)
         return built
     except LowerdError as error:
         kept = discard_output(ctx.config, ctx.target)
@@ -202,12 +206,16 @@ def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed:
 
 
 def _keep_or_lower(
-    ctx: BuildContext, exported: Exported, route: LoweringRoute, decision: Reuse
+    ctx: BuildContext,
+    exported: Exported,
+    route: LoweringRoute,
+    decision: Reuse,
+    regions: Mapping[str, EditedRegion],
 ) -> tuple[Written, Emitted | None]:
     """The .pte on disk, and the program emitted for it (None: the last build's, kept)."""
     if decision.kept is not None:
         return bundle_kept(ctx, keep(ctx, decision.kept, decision.reports)), None
-    _report_provisionally(ctx, decision)
+    _report_provisionally(ctx, decision, regions)
     emitted = emit(ctx, lower(ctx, exported, route))
     for stage in AFTER_EMIT:
         emitted = stage(ctx, emitted)
@@ -238,14 +246,19 @@ def _check_runtime(ctx: BuildContext, loaded: Loaded, written: Written) -> Runti
     return check_runtime(ctx.config, ctx.target, needs, dict(written.methods), site)
 
 
-def _report_provisionally(ctx: BuildContext, decision: Reuse) -> None:
-    """Right after export, the last build's decisions at the lines where the code is now: an
-    editor has them in a second, marked provisional, while edge generation and partitioning
-    take seconds; the partitioned report replaces them."""
+def _report_provisionally(
+    ctx: BuildContext, decision: Reuse, regions: Mapping[str, EditedRegion]
+) -> None:
+    """Right after export, the last build's decisions at the lines where the code is now, the
+    edited region's own (lowered alone) in place of the last build's there: an editor has them
+    marked provisional while edge generation and partitioning take seconds; the partitioned
+    report replaces them."""
     if ctx.on_partitioned is None:
         return
     for name, report in decision.reports.items():
-        ctx.on_partitioned(name, replace(report, final=False, provisional=True))
+        region = regions.get(name)
+        shown = region.over(report) if region else replace(report, provisional=True)
+        ctx.on_partitioned(name, replace(shown, final=False, provisional=True))
 
 
 def _memo(qparams: QParamMemo, intx: IntxMemo) -> dict[str, dict[str, int]]:
@@ -266,6 +279,7 @@ def _record(
     decision: Reuse,
     built: _Built,
     earlier: TargetState | None,
+    trees: dict[str, dict[str, str]],
 ) -> None:
     """The build record: what the build read and wrote, so that an unchanged target is not
     built again, and why it did what it did, for `lowerd explain`."""
@@ -288,6 +302,7 @@ def _record(
         method_digests=program.digests if program else {},
         method_lines=program.lines if program else {},
         report=built.result(remote=None),
+        module_digests=trees,
     )
     why, partitions = decision.why_lowered, list(written.partitions)
     rebuild = record_rebuild(ctx.config.root, earlier, state, why, partitions)

@@ -31,6 +31,20 @@ def load(ctx: BuildContext) -> Loaded:
     )
 
 
+def module_trees(loaded: Loaded) -> dict[str, dict[str, str]]:
+    """Each method's module tree fingerprinted (lowering/module_tree.py), for the build record;
+    none for a method whose module is no torch.nn.Module or whose tree cannot be read."""
+    from lowerd.lowering.module_tree import module_digests
+
+    trees = {}
+    for name, method in loaded.methods.items():
+        try:
+            trees[name] = module_digests(method.module)
+        except Exception:  # a module tree lowerd cannot read: no edited region, no failure
+            continue
+    return trees
+
+
 def quantize(ctx: BuildContext, loaded: Loaded) -> Loaded:
     """Each method quantized as the target declares: by ExecuTorch's PT2E flow (new modules),
     or by torchao's quantize_ (the entry's modules, changed in place); a recipe target's by its

@@ -114,6 +114,10 @@ class TargetState:
     # Bytes of RSS the build's worker peaked at: what its next build will need (a Ray task's
     # `memory`). None in records of older lowerds, and until the worker reported it.
     peak_rss: int | None = None
+    # method name -> module path -> a short digest of what the module itself decides (its class,
+    # code, attributes, parameter shapes: lowering/module_tree.py), so that the next build finds
+    # the subtrees an edit changed before it exports (lowering/edited_region.py).
+    module_digests: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass
