@@ -30,6 +30,8 @@ from lsprotocol import types
 from pygls.uris import to_fs_path
 from pytest_lsp import client_capabilities
 
+from lowerd.daemon.diagnostics import PROVISIONAL_NOTE
+
 from helpers import DEADLINE, PROJECTS, async_wait_until, line_marks
 from stock import forget_project_modules, run_stock_script
 from testkit.lsp_driver import LspDriver
@@ -572,6 +574,73 @@ async def test_a_builds_diagnostics_come_before_its_build_finished(editor: Edito
         editor.save("models/net.py", original)
     assert (await editor.built("net", since))["status"] == "ok"
     await editor.until("error gone", lambda: not editor.at("net.edit"))
+
+
+def _refusals_in(editor: Editor, since: int, relative: str) -> list[types.Diagnostic]:
+    """The not-delegated warnings published for the file from event `since` on, in order."""
+    uri = editor.uri(relative)
+    return [
+        d
+        for e in editor.events[since:]
+        if isinstance(e, Published) and e.uri == uri
+        for d in e.diagnostics
+        if d.code == "not-delegated"
+    ]
+
+
+async def test_an_edited_submodule_is_refused_provisionally_first_then_exactly(
+    editor: Editor,
+) -> None:
+    """Net's head swapped (Identity -> Running, whose cumsum XNNPACK refuses): the head is
+    lowered alone once the entry is loaded, so the running sum's line is warned about, marked
+    provisional, before the build's own partitioned report says it, which replaces it. Without
+    the edited region the provisional report is the last build's, which refused nothing."""
+    edited, original = editor.replace_line("net.head", "self.head = Running()")
+    since = len(editor.events)
+    editor.save("models/net.py", edited)
+    try:
+        assert (await editor.built("net", since))["status"] == "ok"
+        _, line = editor.line("net.running")
+        at_line = [
+            d
+            for d in _refusals_in(editor, since, "models/net.py")
+            if d.range.start.line == line - 1
+        ]
+        said = [PROVISIONAL_NOTE in d.message for d in at_line]
+        # Provisional first, then exact, never provisional again.
+        assert said[0] and not said[-1] and said == sorted(said, reverse=True), at_line
+        assert all("aten.cumsum.default" in d.message for d in at_line)
+        [now] = editor.at("net.running", "not-delegated")
+        assert PROVISIONAL_NOTE not in now.message
+    finally:
+        since = len(editor.events)
+        editor.save("models/net.py", original)
+    assert (await editor.built("net", since))["status"] == "ok"
+    await editor.until("warning gone", lambda: not editor.at("net.running"))
+
+
+async def test_an_edited_submodule_that_does_not_export_alone_gets_no_provisional_report(
+    editor: Editor,
+) -> None:
+    """A head whose forward branches on a tensor's value: neither it alone nor the program
+    exports, and nothing provisional is shown on the way to the export error."""
+    edited, original = editor.replace_line("net.head", "self.head = Branching()")
+    since = len(editor.events)
+    editor.save("models/net.py", edited)
+    try:
+        assert (await editor.built("net", since))["errorKind"] == "export-error"
+        uri = editor.uri("models/net.py")
+        published = [
+            d
+            for e in editor.events[since:]
+            if isinstance(e, Published) and e.uri == uri
+            for d in e.diagnostics
+        ]
+        assert published and not [d for d in published if PROVISIONAL_NOTE in d.message]
+    finally:
+        since = len(editor.events)
+        editor.save("models/net.py", original)
+    assert (await editor.built("net", since))["status"] == "ok"
 
 
 # What a worker prints must not reach the LSP client's pipe: this one would break the protocol.

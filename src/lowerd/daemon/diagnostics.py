@@ -32,8 +32,9 @@ CONFIG_ERROR = "config-error"
 REMOTE_CACHE = "remote-cache"
 # Results the server drops instead of showing: the build they end was superseded by a newer one.
 CANCELLED = "cancelled"
-# Ends the messages of a report carried over from the last build while an edit lowers.
-PROVISIONAL_NOTE = "; from the last build, updating"
+# Ends the messages of a provisional report, shown while an edit lowers: the last build's, with
+# the edited modules' refusals lowered alone in place of its own there (lowering/edited_region.py).
+PROVISIONAL_NOTE = "; provisional, updating"
 # A not-delegated warning lists this many causes (most costly first) and says how many more
 # there are; the hover lists them all. Reasons are cut to MAX_REASON characters.
 MAX_LISTED = 3

@@ -27,17 +27,18 @@ import logging
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lowerd.lowering.module_tree import changed_roots, inside
-from lowerd.lowering.partitioner_route import PartitionerRoute
-from lowerd.lowering.route import EdgeSettings, LoweringProgress, LoweringRoute
 from lowerd.lowering.stages import BuildContext, Exported, Loaded
 from lowerd.project.build_state import TargetState, program_inputs_digest, target_inputs
 from lowerd.project.method import Method
 from lowerd.project.module_paths import collapse_module_paths
 from lowerd.project.report_model import MethodReport, NotDelegatedOp, RefusalGroup
 from lowerd.project.source_map import SourceLine, UserFiles
+
+if TYPE_CHECKING:  # they import ExecuTorch, which capturing a module's inputs needs not
+    from lowerd.lowering.route import LoweringRoute
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,8 @@ def edited_regions(
 
 
 def _why_no_region(ctx: BuildContext, route: LoweringRoute, earlier: TargetState) -> str | None:
+    from lowerd.lowering.partitioner_route import PartitionerRoute
+
     target = ctx.target
     if target.quantize is not None or ctx.recipe is not None:
         return "the target quantizes (its modules alone are not what it lowers)"
@@ -135,7 +138,7 @@ def _edited_region(
         why = "the module tree is unchanged" if not roots else "the root module changed"
         log.debug("%s: no edited region: %s", name, why)
         return None
-    calls = _captured_calls(method, roots, ctx.user_files)
+    calls = captured_calls(method, roots, ctx.user_files)
     if calls is None:
         return None
     modules = dict(method.module.named_modules())
@@ -191,7 +194,7 @@ def _subtree(tree: Mapping[str, str], root: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((p[cut:], d) for p, d in tree.items() if inside(p, root)))
 
 
-def _captured_calls(
+def captured_calls(
     method: Method, roots: Sequence[str], user_files: UserFiles
 ) -> dict[str, _Call] | None:
     """Each root's first call, from one forward of the method's example inputs on fake tensors;
@@ -294,6 +297,7 @@ def _partitioned_alone(
 ) -> MethodReport | None:
     """The module exported alone and split by the target's partitioners: the report made then."""
     from lowerd.lowering.export_call import export_method
+    from lowerd.lowering.route import EdgeSettings, LoweringProgress
 
     alone = Method(module, call.args, call.kwargs)
     program = export_method(alone, ctx.target.export, ctx.blame, "the edited module's export")

@@ -7,6 +7,9 @@ frozen record per stage, each stage a function of the build's context and the re
 
     load(ctx) -> Loaded                  the entry loaded: its methods, where they are defined
     quantize(ctx, Loaded) -> Loaded      each method quantized (PT2E or torchao), when declared
+    edited_regions(ctx, Loaded, ...) -> {method: EditedRegion}
+                                         the modules an edit changed, lowered alone up to
+                                         partitioning: a provisional report for an editor
     export(ctx, Loaded) -> Exported      torch.export of each method, and the program's fingerprint
     decide_reuse(target, Exported, PreviousBuild) -> Reuse
                                          keep the last .pte or lower: pure, reads no file
@@ -20,9 +23,9 @@ frozen record per stage, each stage a function of the build's context and the re
                                          the written program run on the host runtime, after
                                          the result without it went out (BuildContext.on_built)
 
-(loading.py: load, quantize, export; reuse.py: decide_reuse; lower.py: lower, by one of the
-routes of route.py; emission.py: emit; outputs.py: write, keep.) The TargetResult is made once,
-from the records, when the last stage is done.
+(loading.py: load, quantize, export; edited_region.py: edited_regions; reuse.py: decide_reuse;
+lower.py: lower, by one of the routes of route.py; emission.py: emit; outputs.py: write, keep.)
+The TargetResult is made once, from the records, when the last stage is done.
 
 A stage added later plugs in the same way: a function from the record before it to a new record.
 One that changes the model before export is Loaded -> Loaded, as quantize is (a recipe target's

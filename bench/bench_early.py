@@ -1,0 +1,134 @@
+"""Early reports: how soon a one-layer edit of an L-layer Llama is shown, provisional then exact
+(issue 23 §4).
+
+bench/depth's Llama (transformers' LlamaForCausalLM from a config, hidden 512, random weights),
+L layers. For each L of --layers, in a temp copy of the project with its own blob cache: a cold
+build (a fresh process, unmeasured), then bench_depth's edit (the last layer's MLP activation
+replaced by GELU) built by lowerd's build_target in a fresh process whose imports are done first,
+as a daemon's worker forked from its warm fork server has them. From the build's start, wall and
+CPU seconds to:
+
+    region        the provisional report of the edited modules lowered alone (after load)
+    moved         the provisional report with the last build's lines moved (after export)
+    exact         the edited program's partitioned report (before preprocess and emit)
+    done          the result
+
+and the stages (load, export, partition, ...) as lowerd's progress says them. In an editor, the
+daemon adds its debounce (0.2 s) and a fork to each. A script, not a test: nothing asserts on a
+timing.
+
+    nice -n 10 .venv/bin/python -m bench.bench_early                 # L = 8, 32
+    .venv/bin/python -m bench.bench_early --layers 2 --json early.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.bench_depth import EDIT, MODEL_FILE, PROJECT, edit_file
+from bench.harness import log, set_constants_in_file
+from testkit.projects import copy_project
+
+EVENTS = ("region", "moved", "exact", "done")
+
+
+def build_in_this_process(project: Path) -> dict[str, Any]:
+    """The target built here once the worker's imports are done, each report and stage timed."""
+    import executorch.exir  # noqa: F401  # what the fork server preloads
+    import transformers.models.llama.modeling_llama  # noqa: F401  # what it warms after a build
+
+    from lowerd.lowering.build import build_target
+    from lowerd.project.config import load_config
+    from lowerd.project.project_store import store_for
+    from lowerd.project.report_model import MethodReport
+
+    os.chdir(project)
+    config = load_config(project / "pyproject.toml")
+    store = store_for(config)
+    marks: list[tuple[str, float, float]] = []
+    started, cpu = time.perf_counter(), time.process_time()
+
+    def mark(what: str) -> None:
+        marks.append((what, time.perf_counter() - started, time.process_time() - cpu))
+
+    def progress(stage: str, target: str, detail: str | None) -> None:
+        if not marks or marks[-1][0] != f"stage {stage}":
+            mark(f"stage {stage}")
+
+    def partitioned(method: str, report: MethodReport) -> None:
+        if not report.provisional:
+            mark("exact")
+        else:
+            mark("moved" if any(m[0] == "stage export" for m in marks) else "region")
+        refused = sorted({(op.op, op.module_path or "") for op in report.not_delegated})
+        marks.append((f"  {len(refused)} refused ops, e.g. {refused[-1:]}", 0.0, 0.0))
+
+    result = build_target(
+        config, config.targets["llama"], store, progress, on_partitioned=partitioned
+    )
+    mark("done")
+    return {"status": result.status, "sha256": result.sha256, "marks": marks}
+
+
+def measure(root: Path, layers: int) -> dict[str, Any]:
+    project = copy_project(PROJECT, root / f"L{layers}")
+    set_constants_in_file(project / MODEL_FILE, {"LAYERS": layers})
+    env = {**os.environ, "LOWERD_CACHE_DIR": str(root / f"cache-L{layers}"), "HF_HUB_OFFLINE": "1"}
+    log(f"[L={layers}] cold build (unmeasured)")
+    _built(project, env)
+    edit_file(project, EDIT)
+    time.sleep(0.1)  # past the build record's mtime granularity, as a save before a build is
+    log(f"[L={layers}] the edit")
+    return _built(project, env)
+
+
+def _built(project: Path, env: dict[str, str]) -> dict[str, Any]:
+    command = [sys.executable, "-m", "bench.bench_early", "--build", str(project)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"bench: the build failed:\n{done.stderr[-3000:]}")
+    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if answer["status"] != "ok":
+        raise SystemExit(f"bench: the build's result: {answer}")
+    return answer
+
+
+def table(results: dict[int, dict[str, Any]]) -> str:
+    lines = []
+    for layers, run in results.items():
+        lines.append(f"L = {layers}")
+        for what, wall, cpu in run["marks"]:
+            lines.append(f"  {what:<36} {wall:8.2f} s wall {cpu:8.2f} s CPU" if wall else what)
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", default="8,32", help="depths, comma-separated")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)  # the measured process
+    args = parser.parse_args(argv)
+    if args.build:
+        print(json.dumps(build_in_this_process(args.build)))
+        return 0
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="lowerd-early-") as temp:
+        for layers in (int(part) for part in args.layers.split(",")):
+            results[layers] = measure(Path(temp), layers)
+            log(table({layers: results[layers]}))
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
