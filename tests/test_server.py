@@ -613,9 +613,7 @@ async def test_an_edited_submodule_is_refused_provisionally_first_then_exactly(
         [now] = editor.at("net.running", "not-delegated")
         assert PROVISIONAL_NOTE not in now.message
     finally:
-        since = len(editor.events)
-        editor.save("models/net.py", original)
-    assert (await editor.built("net", since))["status"] == "ok"
+        await _net_saved_back(editor, original)
     await editor.until("warning gone", lambda: not editor.at("net.running"))
 
 
@@ -638,8 +636,12 @@ async def test_an_edited_submodule_that_does_not_export_alone_gets_no_provisiona
         ]
         assert published and not [d for d in published if PROVISIONAL_NOTE in d.message]
     finally:
-        since = len(editor.events)
-        editor.save("models/net.py", original)
+        await _net_saved_back(editor, original)
+
+
+async def _net_saved_back(editor: Editor, original: str) -> None:
+    since = len(editor.events)
+    editor.save("models/net.py", original)
     assert (await editor.built("net", since))["status"] == "ok"
 
 
