@@ -53,6 +53,7 @@ from bench.harness import (
     worker_env,
     write_json,
 )
+from bench.substages import SUBSTAGES
 from testkit.projects import copy_project
 
 PROJECT = BENCH_DIR / "depth"
@@ -134,6 +135,9 @@ class Depth:
     def measure(self) -> dict[str, dict[str, Any]]:
         runs = self.runs
         runs["stock"] = self.stock("stock")
+        if self.bench.args.chain:
+            runs["stock, shortcuts"] = self.stock("stock-shortcuts", shortcuts=True)
+            return self.compared()
         runs["cold"] = self.cold()
         self.bench.start_daemon(self.projects["daemon"], self.env)
         try:
@@ -146,24 +150,34 @@ class Depth:
             runs["comment"] = self.daemon_build("daemon-comment")
         finally:
             self.bench.stop_daemon(self.projects["daemon"], self.env)
+        edit_file(self.projects["cold"], EDIT)
+        runs["edit, in-process"] = self.cold("edit-in-process")
+        return self.compared()
+
+    def compared(self) -> dict[str, dict[str, Any]]:
+        """Each run's sha256 compared with stock's on the same model."""
+        runs = self.runs
         for name, run in runs.items():
-            baseline = runs[
-                "stock" if name in ("stock", "cold", "daemon cold") else "stock, edited"
-            ]
-            run["same"] = run["sha256"] == baseline["sha256"]
+            edited = name in ("stock, edited", "edit", "comment", "edit, in-process")
+            run["same"] = run["sha256"] == runs["stock, edited" if edited else "stock"]["sha256"]
             log(f"[L={self.layers}] {name}: {describe(run)}")
         return runs
 
-    def stock(self, what: str) -> dict[str, Any]:
+    def stock(self, what: str, shortcuts: bool = False) -> dict[str, Any]:
+        """The stock script in a fresh process; with lowerd's exact shortcuts installed around
+        its chain when `shortcuts`."""
         output = self.bench.root / "stock-results" / f"L{self.layers}-{what}.pte"
         output.parent.mkdir(exist_ok=True)
         spec = {"project": str(self.projects["stock"]), "entry": ENTRY, "output": str(output)}
-        spec["libraries"] = list(LIBRARIES)
+        spec.update(libraries=list(LIBRARIES), substages=True, shortcuts=shortcuts)
         return self.bench.processes.worker("stock", spec, what=f"L{self.layers}-{what}")
 
-    def cold(self) -> dict[str, Any]:
+    def cold(self, what: str = "cold") -> dict[str, Any]:
+        """build_target in a fresh process on the cold project, with the cold cache (empty on
+        the first build, the records and blobs of the last after it)."""
         spec = {"project": str(self.projects["cold"]), "target": "llama", "cache": str(self.cache)}
-        return self.bench.processes.worker("lowerd", spec, what=f"L{self.layers}-cold")
+        spec["substages"] = True
+        return self.bench.processes.worker("lowerd", spec, what=f"L{self.layers}-{what}")
 
     def daemon_build(self, what: str) -> dict[str, Any]:
         project = self.projects["daemon"]
@@ -280,6 +294,38 @@ def stage_table(results: dict[int, dict[str, dict[str, Any]]]) -> str:
     return render(titles, rows)
 
 
+def substage_table(results: dict[int, dict[str, dict[str, Any]]]) -> str:
+    """CPU seconds of each of ExecuTorch's sub-stages (bench/substages.py) per depth and run,
+    for the runs that timed them in their own process, and each run's growth between
+    consecutive depths (2.0x from L to 2L is linear in depth)."""
+    depths = sorted(results)
+    names = [name for name in results[depths[0]] if results[depths[0]][name].get("substages")]
+    columns = [(layers, name) for name in names for layers in depths]
+    pairs = [(name, a, b) for name in names for a, b in zip(depths, depths[1:], strict=False)]
+    titles = ["CPU s", *(f"L={layers} {name}" for layers, name in columns)]
+    titles += [f"{name} {a}->{b}" for name, a, b in pairs]
+
+    def cpu(layers: int, name: str, row: str) -> float | None:
+        run = results[layers].get(name, {})
+        spent = run.get("substages") or {}
+        if row == "rest":  # the run's CPU seconds outside every sub-stage
+            return run["cpu_seconds"] - sum(s["cpu"] for s in spent.values())
+        if row == "total":
+            return float(run["cpu_seconds"])
+        return spent[row]["cpu"] if row in spent else None
+
+    rows = []
+    for row in [*SUBSTAGES, "rest", "total"]:
+        cells = [cpu(layers, name, row) for layers, name in columns]
+        ratios = [ratio(cpu(a, name, row), cpu(b, name, row)) for name, a, b in pairs]
+        rows.append([row, *("-" if c is None else f"{c:.2f}" for c in cells), *ratios])
+    return render(titles, rows)
+
+
+def ratio(before: float | None, after: float | None) -> str:
+    return f"{after / before:.2f}x" if before and after is not None and before > 0.05 else "-"
+
+
 def growth(results: dict[int, dict[str, dict[str, Any]]], run: str) -> list[float]:
     """Seconds per added layer between consecutive depths."""
     depths = sorted(results)
@@ -331,14 +377,20 @@ def print_report(bench: Bench, revision: str) -> None:
         f"{args.heads} heads / {args.kv_heads} kv, vocab {args.vocab}, {args.tokens} tokens; "
         "seconds of work after imports (lowerd's own count through the daemon); one run each"
     )
-    print(summary_table(bench.results))
-    print("\nper stage (s):")
-    print(stage_table(bench.results))
-    for run in ("stock", "cold", "edit"):
-        per_layer = ", ".join(f"{s:.2f}" for s in growth(bench.results, run))
-        print(f"  {run}: seconds per added layer between depths: {per_layer}")
-    print()
-    print("\n".join(goals(bench.results)))
+    if not args.chain:
+        print(summary_table(bench.results))
+        print("\nper stage (s):")
+        print(stage_table(bench.results))
+        for run in ("stock", "cold", "edit"):
+            per_layer = ", ".join(f"{s:.2f}" for s in growth(bench.results, run))
+            print(f"  {run}: seconds per added layer between depths: {per_layer}")
+    print("\nper sub-stage of ExecuTorch's lowering, CPU seconds (wall in --json):")
+    print(substage_table(bench.results))
+    if not args.chain:
+        print()
+        print("\n".join(goals(bench.results)))
+    elif not all_same(bench.results):
+        print("  [!!] the chain with lowerd's shortcuts gave other bytes than stock's")
 
 
 # Command line ---------------------------------------------------------------------------------
@@ -360,6 +412,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--kv-heads", type=int, default=4)
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument(
+        "--chain",
+        action="store_true",
+        help="only the stock chain at each depth, in one process each: as it is, and with "
+        "lowerd's exact shortcuts installed around it (sha256 compared); sub-stages timed",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write every run's numbers to FILE")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir, and say where")
     parser.add_argument(

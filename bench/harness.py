@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -283,23 +283,26 @@ def build_numbers(found: dict[str, Any], project: Path) -> dict[str, Any]:
 
 
 class StageClock:
-    """Seconds per stage, from the moments stages start; lowerd's progress callback drives it."""
+    """Seconds per stage, from the moments stages start; lowerd's progress callback drives it.
+    `seconds` are wall seconds, `cpu_seconds` this process's CPU seconds (time.process_time)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}
         self._current: str | None = None
-        self._since = time.perf_counter()
+        self._since = (time.perf_counter(), time.process_time())
 
     def mark(self, stage: str) -> None:
         if stage == self._current:  # lowerd reports every preprocess call as stage "lower"
             return
         self.stop()
-        self._current, self._since = stage, time.perf_counter()
+        self._current, self._since = stage, (time.perf_counter(), time.process_time())
 
     def stop(self) -> None:
         if self._current is not None:
-            elapsed = time.perf_counter() - self._since
-            self.seconds[self._current] = self.seconds.get(self._current, 0.0) + elapsed
+            wall, cpu = time.perf_counter() - self._since[0], time.process_time() - self._since[1]
+            self.seconds[self._current] = self.seconds.get(self._current, 0.0) + wall
+            self.cpu_seconds[self._current] = self.cpu_seconds.get(self._current, 0.0) + cpu
         self._current = None
 
     def progress(self, stage: str, _target: str, _detail: str | None) -> None:
@@ -342,6 +345,39 @@ def stock_lower(returned: Any, clock: StageClock | None = None) -> tuple[Any, by
     return lower_stock(returned, [XnnpackPartitioner()], clock.mark if clock else None)
 
 
+@contextmanager
+def timed_substages(enabled: bool | None) -> Iterator[Any]:
+    """ExecuTorch's sub-stages timed in this process while the block runs (bench/substages.py),
+    when enabled; the clock, or None."""
+    if not enabled:
+        yield None
+        return
+    from bench.substages import SubStageClock
+
+    with SubStageClock().installed() as clock:
+        yield clock
+
+
+@contextmanager
+def lowerd_shortcuts(enabled: bool | None) -> Iterator[None]:
+    """lowerd's exact shortcuts through ExecuTorch installed around the stock chain, as lowerd
+    installs them around its own lowering and emission, when enabled: the chain's time with
+    and without them, the bytes the same. A lowerd without the emission shortcuts (an older
+    checkout's, --lowerd-src) installs those it has."""
+    if not enabled:
+        yield
+        return
+    from lowerd.lowering.edge_speedups import EdgeSpeedups
+    from lowerd.lowering.partitioner_route import edge_speedups
+
+    try:
+        from lowerd.lowering.emit_speedups import emit_speedups
+    except ImportError:
+        emit_speedups = nullcontext
+    with edge_speedups(EdgeSpeedups(None)), emit_speedups():
+        yield
+
+
 def import_stock(libraries: Iterable[str] = ()) -> None:
     """What stock imports before its work: the model's libraries, torch and ExecuTorch."""
     import importlib
@@ -357,9 +393,13 @@ def stock_worker(spec: dict[str, Any]) -> dict[str, Any]:
     the write of the .pte when spec["time_write"]."""
     started = time.perf_counter()
     import_stock(spec.get("libraries", ()))
-    imported = time.perf_counter()
+    imported, imported_cpu = time.perf_counter(), time.process_time()
     clock = StageClock()
-    with profiled(spec.get("profile")):
+    with (
+        profiled(spec.get("profile")),
+        timed_substages(spec.get("substages")) as substages,
+        lowerd_shortcuts(spec.get("shortcuts")),
+    ):
         clock.mark("load")
         returned = call_entry(Path(spec["project"]), spec["entry"])
         edge, buffer = stock_lower(returned, clock)
@@ -367,17 +407,24 @@ def stock_worker(spec: dict[str, Any]) -> dict[str, Any]:
             clock.mark("write")
             Path(spec["output"]).write_bytes(buffer)
         clock.stop()
-        finished = time.perf_counter()
+        finished, finished_cpu = time.perf_counter(), time.process_time()
     if not spec.get("time_write"):
         Path(spec["output"]).write_bytes(buffer)
     lowered = lowered_modules(edge.exported_program("forward").graph_module)
     result = {
         "import_seconds": imported - started,
         "seconds": finished - imported,
+        "cpu_seconds": finished_cpu - imported_cpu,
         "stages": clock.seconds,
+        "stage_cpu": clock.cpu_seconds,
+        "substages": substages.as_json() if substages else None,
         "sha256": hashlib.sha256(buffer).hexdigest(),
         "partitions": len(lowered),
     }
+    if spec.get("shortcuts"):
+        import lowerd
+
+        result["lowerd_source"] = str(Path(lowerd.__file__).parent)
     if "edited_block" in spec:
         prefix = f"blocks.{spec['edited_block']}."
         result["partitions_of_block"] = partitions_holding(lowered, prefix)
@@ -435,16 +482,16 @@ def lowerd_worker(spec: dict[str, Any]) -> dict[str, Any]:
     from lowerd.project.project_store import store_for
     from lowerd.project.wire import encode
 
-    imported = time.perf_counter()
+    imported, imported_cpu = time.perf_counter(), time.process_time()
     clock = StageClock()
-    with profiled(spec.get("profile")):
+    with profiled(spec.get("profile")), timed_substages(spec.get("substages")) as substages:
         config = load_config(Path(spec["project"]) / "pyproject.toml")
         [target] = select_targets(config, [spec["target"]])
         cache = spec.get("cache")
         store = BlobStore(Path(cache), max_bytes=None) if cache else store_for(config)
         result = build_target(config, target, store, clock.progress)
         clock.stop()
-        finished = time.perf_counter()
+        finished, finished_cpu = time.perf_counter(), time.process_time()
     report = encode(result)
     if report["status"] != "ok":
         raise SystemExit(f"lowerd build failed: {json.dumps(report['error'])}")
@@ -455,7 +502,10 @@ def lowerd_worker(spec: dict[str, Any]) -> dict[str, Any]:
         "seconds": result.seconds if spec.get("seconds") == "lowerd" else work,
         "work_seconds": work,  # config loading, opening the store and the build
         "lowerd_seconds": result.seconds,  # TargetResult.seconds: what lowerd reports
+        "cpu_seconds": finished_cpu - imported_cpu,
         "stages": clock.seconds,
+        "stage_cpu": clock.cpu_seconds,
+        "substages": substages.as_json() if substages else None,
         "sha256": file_sha256(report["output"]),  # the bytes on disk are what is compared
         "reported_sha256": report["sha256"],
         "hits": report["cache"]["hits"],

@@ -13,25 +13,83 @@ import pytest
 from lowerd.lowering import partition_speedups
 from lowerd.lowering.partition_speedups import PartitionSpeedups
 
-from stock import PROJECTS, call_entry, sha256, stock_pte
+from stock import PROJECTS, call_entry, sha256
 
 LLAMA = PROJECTS / "llama"
 ENTRY = "models/llama.py:make"
+
+
+def graph_state(graph_module: Any) -> dict[str, Any]:
+    """What a legalized graph is to ExecuTorch, by names: each node in order with its
+    arguments, users and inputs in their order and its metadata's keys; the names the graph's
+    namespace has given out and its counts per base name (the next node's name); the side
+    table of find_nodes; the tracer fields; and that node comparison follows the order."""
+    from torch.fx.node import map_arg
+
+    graph = graph_module.graph
+    nodes = list(graph.nodes)
+
+    def named(value: Any) -> Any:
+        return map_arg(value, lambda node: f"%{node.name}")
+
+    namespace = graph._graph_namespace
+    return {
+        "nodes": [
+            (n.name, n.op, str(n.target), named(n.args), named(n.kwargs), n.type, n._repr_fn)
+            + ([u.name for u in n.users], [i.name for i in n._input_nodes], sorted(n.meta))
+            for n in nodes
+        ],
+        "names": sorted(namespace._used_names),
+        "counts": dict(namespace._base_count),
+        "named": sorted((node.name, name) for node, name in namespace._obj_to_name.items()),
+        "table": {
+            str(key): [n.name for n in found]
+            for key, found in graph._find_nodes_lookup_table.table.items()
+            if found
+        },
+        "fields": (graph._tracer_cls, graph._tracer_extras, graph._co_fields, graph._len),
+        "sorted": sorted(nodes) == nodes,
+        "owned": graph.owning_module is graph_module,
+    }
 
 
 def test_a_llama_partitioned_with_the_shortcuts_is_stock_s_bytes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Every merge check answers as ExecuTorch's own, and the partitions are cut out with one
-    recompile: the .pte is stock's."""
+    recompile and no copy of the graph, which is after each cut as torch's legalize_graph
+    leaves it in a stock run: the .pte is stock's."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import lowered_backend_module
     from executorch.exir.backend.canonical_partitioners.group_partitioner import (
         GroupBasedPartitioner,
     )
 
+    from lowerd.lowering import graph_legalize
+
     from testkit.stock_lowering import lower_stock
 
-    stock = stock_pte(LLAMA, ENTRY, ["xnnpack"])
+    stock_states: list[dict[str, Any]] = []
+    torch_s = lowered_backend_module.legalize_graph
+
+    def legalize_recorded(graph_module: Any) -> Any:
+        legalized = torch_s(graph_module)
+        stock_states.append(graph_state(legalized))
+        return legalized
+
+    with monkeypatch.context() as stock_run:
+        stock_run.setattr(lowered_backend_module, "legalize_graph", legalize_recorded)
+        _, stock = lower_stock(call_entry(LLAMA, ENTRY), [XnnpackPartitioner()])
+
+    in_place_states: list[dict[str, Any]] = []
+    lowerd_s = graph_legalize.legalize_in_place
+
+    def in_place_recorded(graph_module: Any, prioritized: Any) -> bool:
+        done = lowerd_s(graph_module, prioritized)
+        in_place_states.append(graph_state(graph_module))
+        return done
+
+    monkeypatch.setattr(graph_legalize, "legalize_in_place", in_place_recorded)
     executorch_s = GroupBasedPartitioner._can_merge_partitions
     ours = partition_speedups._can_merge_partitions
     answers: list[tuple[bool, bool]] = []
@@ -52,6 +110,8 @@ def test_a_llama_partitioned_with_the_shortcuts_is_stock_s_bytes(
     assert speedups.merge_checks == len(answers)
     delegates = [n for n in edge.exported_program().graph.nodes if n.op == "get_attr"]
     assert speedups.recompiles_held == len(delegates) > 1
+    assert speedups.legalized_in_place == len(delegates)
+    assert in_place_states == stock_states
     # ExecuTorch's functions are back once it is uninstalled.
     assert GroupBasedPartitioner._can_merge_partitions is executorch_s
 

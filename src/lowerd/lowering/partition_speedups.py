@@ -19,13 +19,18 @@ tests/test_partition_speedups.py compares the bytes with stock's.
    top-level graph in topological order and assigns the copy to the GraphModule, whose setter
    recompiles its Python code and that of every submodule: per partition, code for the whole
    graph and every partition cut so far is generated and compiled. While
-   `_create_partitions_in_graph_module` runs, the copy is still made and assigned (the same
-   graph, node for node) but the recompile is held back, and made once when it returns, on the
-   graph as it ends. Nothing in between runs that code: the cuts read and edit the graph, and the
-   partitions' programs are built from their own graphs. `recompile` derives the code from the
-   graph alone, so the module ends with the code the last per-partition recompile would give.
+   `_create_partitions_in_graph_module` runs, the graph is still legalized and assigned but the
+   recompile is held back, and made once when it returns, on the graph as it ends. Nothing in
+   between runs that code: the cuts read and edit the graph, and the partitions' programs are
+   built from their own graphs. `recompile` derives the code from the graph alone, so the module
+   ends with the code the last per-partition recompile would give.
 
-Both are active only with the torch and ExecuTorch versions this argument was checked against
+3. No copy of the whole graph per partition. Within a cut, legalize_graph is
+   lowering/graph_legalize.py's `legalize_in_place`: the same order and the same graph state as
+   the copy, reached by moving the nodes instead of copying them (its docstring says why that is
+   the same graph for ExecuTorch).
+
+All are active only with the torch and ExecuTorch versions this argument was checked against
 (edge_speedups.validated_versions); with any other, ExecuTorch runs as it is.
 """
 
@@ -43,6 +48,7 @@ from lowerd.lowering.edge_speedups import validated_versions
 class PartitionSpeedups:
     merge_checks: int = 0  # _can_merge_partitions answered with the set test
     recompiles_held: int = 0  # legalize_graph recompiles held back to the end of the cut
+    legalized_in_place: int = 0  # legalize_graph calls answered without copying the graph
 
     @contextmanager
     def installed(self) -> Iterator[PartitionSpeedups]:
@@ -77,9 +83,18 @@ class PartitionSpeedups:
         from executorch.exir import lowered_backend_module
         from executorch.exir.backend import backend_api
 
+        from lowerd.lowering.graph_legalize import legalize_in_place, prioritized_ops
+
         raw_legalize = lowered_backend_module.legalize_graph
         raw_cut = backend_api._create_partitions_in_graph_module
         held: list[list[Any]] = []  # per cut running (a cut may nest in a submodule's)
+        prioritized = prioritized_ops()
+
+        def in_place(graph_module: Any) -> Any:
+            if not legalize_in_place(graph_module, prioritized):
+                return raw_legalize(graph_module)
+            self.legalized_in_place += 1
+            return graph_module
 
         def legalize_graph(graph_module: Any) -> Any:
             if not held:
@@ -87,7 +102,7 @@ class PartitionSpeedups:
             self.recompiles_held += 1
             if not any(graph_module is seen for seen in held[-1]):
                 held[-1].append(graph_module)
-            return _without_recompile(graph_module, raw_legalize)
+            return _without_recompile(graph_module, in_place)
 
         def create_partitions(graph_module: Any, *args: Any, **kwargs: Any) -> Any:
             held.append([])
