@@ -39,8 +39,10 @@ def test_comment_edit_keeps_the_pte_and_moves_report_lines(project: Path, tmp_pa
     first = build(config, "refused", store)
     cumsum_line = _cumsum_line(first.methods["forward"])
 
+    # A statement the program does not use moves the code (a comment alone would not even
+    # run the entry: test_token_keep.py).
     model = project / "models" / "refused.py"
-    model.write_text("# a new comment\n# and another\n" + model.read_text())
+    model.write_text("# a new comment\nUNUSED = 'not the program'\n" + model.read_text())
     assert stale(config, "refused") == f"{model} changed"
 
     again = build(config, "refused", store)

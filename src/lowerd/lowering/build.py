@@ -45,6 +45,7 @@ from lowerd.lowering.stages import (
     Progress,
     Written,
 )
+from lowerd.lowering.token_keep import keep_same_source
 from lowerd.lowering.verify import verify_written
 from lowerd.lowering.verify_reference import eager_reference
 from lowerd.project.build_state import (
@@ -62,9 +63,11 @@ from lowerd.project.build_state import (
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.disk_errors import still_there, writing_in_out_dir
 from lowerd.project.errors import LowerdError
+from lowerd.project.library_stamp import LibraryStamp, imported_library_files
 from lowerd.project.loadability import RuntimeCheck
 from lowerd.project.rebuild_record import line_checksums, record_rebuild
 from lowerd.project.result import CacheSummary, ErrorInfo, SourceSite, TargetResult
+from lowerd.project.source_tokens import recorded_tokens
 
 if TYPE_CHECKING:  # imported where used: they import torch, which a build loads on first need
     from lowerd.lowering.intx_memo import IntxMemo
@@ -161,7 +164,18 @@ class _Failed:
         )
 
 
-def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed:
+@dataclass(frozen=True)
+class _Answered:
+    """A build answered without loading the entry (lowering/token_keep.py)."""
+
+    answer: TargetResult
+
+    def result(self, remote: RemoteReport | None) -> TargetResult:
+        cache = self.answer.cache
+        return replace(self.answer, cache=cache.with_remote(remote) if remote else cache)
+
+
+def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed | _Answered:
     """The stages in order; the last build's .pte kept when `reuse` and the program is its."""
     from lowerd.lowering.intx_memo import IntxMemo
     from lowerd.lowering.qparam_memo import QParamMemo
@@ -169,6 +183,9 @@ def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed:
     loaded: Loaded | None = None
     try:
         earlier = load_state(ctx.config, ctx.target)
+        # Only comments and layout changed: the last .pte, without loading the entry.
+        if (answer := keep_same_source(ctx, earlier, reuse)) is not None:
+            return _Answered(answer)
         recorder = InputRecorder(ctx.user_files, exclude=ctx.config.out_dir)
         qparams, intx = QParamMemo(ctx.store), IntxMemo(ctx.store)
         with recorder.recording():
@@ -291,6 +308,8 @@ def _record(
         return
     inputs = target_inputs(ctx.config, ctx.target)
     program, written = exported.fingerprint, built.written
+    as_code = [(s.path, s.sha256) for s in sources if Path(s.path) not in recorder.read_as_data()]
+    libraries = imported_library_files(ctx.user_files.owns)
     state = TargetState(
         target=ctx.target.name,
         inputs_digest=inputs_digest(inputs),
@@ -303,6 +322,8 @@ def _record(
         method_lines=program.lines if program else {},
         report=built.result(remote=None),
         module_digests=trees,
+        source_tokens=recorded_tokens(as_code),
+        libraries=LibraryStamp.of(libraries),
     )
     why, partitions = decision.why_lowered, list(written.partitions)
     rebuild = record_rebuild(ctx.config.root, earlier, state, why, partitions)

@@ -24,9 +24,11 @@ from lowerd.cache.atomic import write_atomic
 from lowerd.cache.regular_file import read_regular_file_and_status
 from lowerd.project.backends import backend_by_details_class
 from lowerd.project.config import ProjectConfig, TargetConfig
+from lowerd.project.library_stamp import LibraryStamp
 from lowerd.project.rebuild_record import INPUTS_CHANGED, RebuildRecord
 from lowerd.project.record_check import RecordRefused, inconsistency, source_lines_problem
 from lowerd.project.result import TargetResult
+from lowerd.project.source_tokens import SourceTokens
 from lowerd.project.verification import VerifySettings
 from lowerd.project.wire import WireError, decode, encode, wire_field
 
@@ -111,6 +113,12 @@ class TargetState:
     report: TargetResult = field(kw_only=True)  # the build's result
     # The .ptd and .etrecord files written beside the output (TargetResult.data_files).
     data_files: list[FileStamp] = field(default_factory=list)
+    # path -> the token stream of each Python source the build read as code, not as data
+    # (project/source_tokens.py): an edit of comments and layout keeps the .pte on it.
+    source_tokens: dict[str, SourceTokens] = field(default_factory=dict)
+    # The module files imported from outside the project, stamped (project/library_stamp.py);
+    # None in records of older lowerds.
+    libraries: LibraryStamp | None = None
     # Bytes of RSS the build's worker peaked at: what its next build will need (a Ray task's
     # `memory`). None in records of older lowerds, and until the worker reported it.
     peak_rss: int | None = None
