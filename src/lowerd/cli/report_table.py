@@ -203,6 +203,8 @@ def _how_built(target: dict[str, Any]) -> str:
         return "up to date"
     if target.get("reused") == "same-program":
         return f"{target['seconds']:.1f} s, program unchanged: kept the .pte"
+    if target.get("reused") == "same-source":  # lowering/token_keep.py
+        return f"{target['seconds']:.1f} s, only comments or layout changed: kept the .pte"
     cache = target["cache"]
     rebased = f" ({cache['rebased']} rebased)" if cache.get("rebased") else ""
     how = f"{target['seconds']:.1f} s, cache {cache['hits']} hit{rebased} / {cache['misses']} miss"

@@ -163,7 +163,9 @@ class TargetResult:
     entry: SourceSite | None = None
     modules: dict[str, SourceSite] = field(default_factory=dict)
     # Why no lowering ran: "same-program" when every method exported to the program of the
-    # last build (a comment or unrelated edit), so its .pte was kept; "up-to-date" when nothing
+    # last build (an unrelated edit), so its .pte was kept; "same-source" when the sources
+    # changed only in comments and layout, so it was kept without running the entry
+    # (lowering/token_keep.py); "up-to-date" when nothing
     # the last build read or wrote changed, answered from its record without a build.
     reused: str | None = None
     # Memoized stages besides blobs, by memo kind: {"qparams": {"hits": h, "misses": m}}.
