@@ -22,6 +22,7 @@ from lowerd.cache.store import BlobStore
 from lowerd.lowering.partition_key import Unkeyable, key_details
 from lowerd.lowering.preprocess_codec import NotPlainData, decode_results, encode_results
 from lowerd.lowering.rebase import REBASABLE_BACKENDS, CannotRebase, rebase
+from lowerd.lowering.shared_passes import SharedPasses
 from lowerd.project.key_summary import KeySummary
 
 # hit: served as stored; rebased: served with its debug handles renumbered; miss: preprocessed
@@ -31,6 +32,8 @@ Outcome = Literal["hit", "rebased", "miss", "uncached"]
 ProgramsByMethod = dict[str, list[Any]]
 SpecsByMethod = dict[str, list[list[Any]]]
 ResultsByMethod = dict[str, list[PreprocessResult]]
+# When a preprocess call began: perf_counter and process_time.
+Started = tuple[float, float]
 
 
 @dataclass
@@ -45,6 +48,9 @@ class PreprocessRecord:
     note: str | None = None
     # What the build record keeps of the key, so the next build can say why it missed.
     key_summary: KeySummary | None = None
+    # A miss whose passes were shared with an earlier partition of the same structure.
+    shared: bool = False
+    cpu_seconds: float = 0.0
 
 
 @dataclass
@@ -52,6 +58,8 @@ class PreprocessCache:
     store: BlobStore | None
     records: list[PreprocessRecord] = field(default_factory=list)
     on_preprocess: Callable[[PreprocessRecord], None] | None = None
+    # Repeated layers: misses that differ from an earlier one only in their weights.
+    sharing: SharedPasses = field(default_factory=SharedPasses)
     _inside_multimethod: bool = False
 
     @property
@@ -156,7 +164,7 @@ class PreprocessCache:
         programs: list[Any],
         specs: list[Any],
     ) -> list[PreprocessResult]:
-        started = time.perf_counter()
+        started = time.perf_counter(), time.process_time()
         store = self.store
         if store is None:
             return self._record_run(backend, None, run, started, note="cache disabled")
@@ -179,21 +187,39 @@ class PreprocessCache:
                 self._record(backend, digest, outcome, started, results, summary=summary)
                 return results
 
-        results = run()
+        results, shared = self.sharing.preprocess(backend, key, programs, run)
         # A cache that cannot take it never fails a build: the blob is simply not stored.
         try:
             payload = encode_results(results, key.handles)
         except NotPlainData as why:
             self._record(
-                backend, digest, "uncached", started, results, note=str(why), summary=summary
+                backend,
+                digest,
+                "uncached",
+                started,
+                results,
+                note=str(why),
+                summary=summary,
+                shared=shared,
             )
             return results
         problems = len(store.problems)
         if not store.put(digest, payload):
             lost = _store_note(store, problems, store.corrupt_removed) or "not stored"
-            self._record(backend, digest, "uncached", started, results, note=lost, summary=summary)
+            self._record(
+                backend,
+                digest,
+                "uncached",
+                started,
+                results,
+                note=lost,
+                summary=summary,
+                shared=shared,
+            )
             return results
-        self._record(backend, digest, "miss", started, results, note=note, summary=summary)
+        self._record(
+            backend, digest, "miss", started, results, note=note, summary=summary, shared=shared
+        )
         return results
 
     def _load(
@@ -214,7 +240,7 @@ class PreprocessCache:
         backend: str,
         key: str | None,
         run: Callable[[], list[PreprocessResult]],
-        started: float,
+        started: Started,
         note: str,
     ) -> list[PreprocessResult]:
         results = run()
@@ -226,19 +252,22 @@ class PreprocessCache:
         backend: str,
         key: str | None,
         outcome: Outcome,
-        started: float,
+        started: Started,
         results: list[PreprocessResult],
         note: str | None = None,
         summary: KeySummary | None = None,
+        shared: bool = False,
     ) -> None:
         record = PreprocessRecord(
             backend=backend,
             key=key,
             outcome=outcome,
-            seconds=time.perf_counter() - started,
+            seconds=time.perf_counter() - started[0],
             blob_digests=[_blob_digest(r.processed_bytes) for r in results],
             note=note,
             key_summary=summary,
+            shared=shared,
+            cpu_seconds=time.process_time() - started[1],
         )
         self.records.append(record)
         if self.on_preprocess:
