@@ -188,39 +188,25 @@ class PreprocessCache:
                 return results
 
         results, shared = self.sharing.preprocess(backend, key, programs, run)
-        # A cache that cannot take it never fails a build: the blob is simply not stored.
-        try:
-            payload = encode_results(results, key.handles)
-        except NotPlainData as why:
-            self._record(
-                backend,
-                digest,
-                "uncached",
-                started,
-                results,
-                note=str(why),
-                summary=summary,
-                shared=shared,
-            )
-            return results
-        problems = len(store.problems)
-        if not store.put(digest, payload):
-            lost = _store_note(store, problems, store.corrupt_removed) or "not stored"
-            self._record(
-                backend,
-                digest,
-                "uncached",
-                started,
-                results,
-                note=lost,
-                summary=summary,
-                shared=shared,
-            )
-            return results
+        outcome, lost = self._stored(store, digest, results, key.handles)
         self._record(
-            backend, digest, "miss", started, results, note=note, summary=summary, shared=shared
+            backend, digest, outcome, started, results, lost or note, summary, shared=shared
         )
         return results
+
+    def _stored(
+        self, store: BlobStore, digest: str, results: list[PreprocessResult], handles: Any
+    ) -> tuple[Outcome, str | None]:
+        """Put fresh results in the store: "miss" if kept, else "uncached" and why not. A cache
+        that cannot take them never fails a build: the blob is simply not stored."""
+        try:
+            payload = encode_results(results, handles)
+        except NotPlainData as why:
+            return "uncached", str(why)
+        problems = len(store.problems)
+        if not store.put(digest, payload):
+            return "uncached", _store_note(store, problems, store.corrupt_removed) or "not stored"
+        return "miss", None
 
     def _load(
         self, store: BlobStore, digest: str

@@ -128,6 +128,7 @@ class SharedPasses:
         """`run`'s results, and whether the passes were shared with an earlier partition."""
         structure = _shareable_structure(backend, key, programs)
         if structure is None:
+            self.full += 1
             return run(), False
         [program] = programs
         template = self.templates.get(structure)
