@@ -6,7 +6,7 @@ import json
 import os
 import signal
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +14,15 @@ import pytest
 
 from lowerd.daemon.runtime import process_alive
 
-from helpers import PROJECTS, SharedBuild, build_basic, build_examples
-from stock import forget_project_modules, importable_copy
+from helpers import PROJECTS, SharedBuild, build_basic, build_examples, made_once_per_run
+from stock import forget_project_modules, importable_copy, share_stock_ptes
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stock_ptes_shared_by_workers(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Under pytest-xdist, a stock .pte one worker lowered serves the others (stock.py)."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        share_stock_ptes(tmp_path_factory.getbasetemp().parent / "stock-ptes")
 
 
 @pytest.fixture
@@ -46,20 +53,23 @@ def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def examples_build(tmp_path_factory: pytest.TempPathFactory) -> SharedBuild:
-    """examples/, six targets, built once (helpers.build_examples): tests/test_cli.py reads its
-    document, tests/test_quiet_output.py its stderr."""
-    return build_examples(tmp_path_factory.mktemp("examples-build"))
+    """examples/, six targets, built once per run (helpers.build_examples): tests/test_cli.py
+    reads its document, tests/test_quiet_output.py its stderr."""
+    return made_once_per_run(tmp_path_factory, "examples-build", build_examples)
 
 
 @pytest.fixture(scope="session")
 def basic_build(tmp_path_factory: pytest.TempPathFactory) -> SharedBuild:
-    """basic/, every target, built once on a cold cache (helpers.build_basic), with a private
-    $XDG_RUNTIME_DIR: no daemon serves it. Tests that build on it copy its cache."""
-    folder = tmp_path_factory.mktemp("basic-build")
-    (folder / "run").mkdir(mode=0o700)
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("XDG_RUNTIME_DIR", str(folder / "run"))
-        return build_basic(folder)
+    """basic/, every target, built once per run on a cold cache (helpers.build_basic), with a
+    private $XDG_RUNTIME_DIR: no daemon serves it. Tests that build on it copy its cache."""
+
+    def build(folder: Path) -> SharedBuild:
+        (folder / "run").mkdir(mode=0o700)
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("XDG_RUNTIME_DIR", str(folder / "run"))
+            return build_basic(folder)
+
+    return made_once_per_run(tmp_path_factory, "basic-build", build)
 
 
 @dataclass(frozen=True)
@@ -74,14 +84,18 @@ class ColdBuild:
 
 @pytest.fixture(scope="session")
 def basic_cold(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ColdBuild]:
-    """Each target of basic/ built cold, in-process, once per session: tests/test_fidelity.py's
-    cold builds and tests/test_edge_speedups.py's counts of skipped replays."""
+    """Each target of basic/ built cold, in-process, once per run: tests/test_fidelity.py's
+    cold builds and tests/test_edge_speedups.py's counts of skipped replays. A worker that did
+    not build them reads them (helpers.made_once_per_run): the speedups without their store."""
+    return made_once_per_run(tmp_path_factory, "basic-cold", _build_basic_cold)
+
+
+def _build_basic_cold(folder: Path) -> dict[str, ColdBuild]:
     from lowerd.cache.store import BlobStore
     from lowerd.lowering.build import build_target
     from lowerd.lowering.edge_speedups import EdgeSpeedups
     from lowerd.project.config import load_config
 
-    folder = tmp_path_factory.mktemp("basic-cold")
     built: dict[str, ColdBuild] = {}
     with pytest.MonkeyPatch.context() as patch:
         seen: list[EdgeSpeedups] = []
@@ -100,5 +114,6 @@ def basic_cold(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ColdBuild]
                 cache = folder / "cache" / name
                 result = build_target(config, target, BlobStore(cache), reuse=False)
                 assert result.status == "ok", result.error
-                built[name] = ColdBuild(root, cache, result, list(seen))
+                speedups = [replace(s, store=None) for s in seen]
+                built[name] = ColdBuild(root, cache, result, speedups)
     return built

@@ -7,8 +7,10 @@ about the stock ExecuTorch reference), and what they share with the benches in t
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -203,6 +205,28 @@ class SharedBuild:
     root: Path
     cache: Path
     run: Run
+
+
+def made_once_per_run(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], T]) -> T:
+    """What `make` returns for an empty folder, made once per test run. Under pytest-xdist each
+    worker is a session of its own, so a session fixture alone would make it once a worker: the
+    first worker to ask makes it in the run's common temporary folder, under a lock, and pickles
+    it there; the others wait on the lock and read it. `make` returns data about the files it
+    wrote in the folder, which every user only reads."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return make(factory.mktemp(name))
+    common = factory.getbasetemp().parent / name
+    with open(f"{common}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        made = common / "made.pickle"
+        if made.is_file():
+            value: T = pickle.loads(made.read_bytes())
+            return value
+        shutil.rmtree(common, ignore_errors=True)  # what a worker that failed left
+        common.mkdir()
+        value = make(common)
+        made.write_bytes(pickle.dumps(value))
+        return value
 
 
 def build_examples(folder: Path) -> SharedBuild:

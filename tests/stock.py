@@ -6,6 +6,7 @@ It does not reuse lowerd's loader or builder, so a bug there cannot hide in the 
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib
 import importlib.util
@@ -29,6 +30,7 @@ __all__ = [
     "optimum_pte",
     "optimum_quantize_model",
     "sha256",
+    "share_stock_ptes",
     "stock_pte",
 ]
 
@@ -78,13 +80,37 @@ def entry_function(root: Path, entry: str, *, call: bool = False) -> Any:
 # made once per session. The key holds every file of the project, so an edited copy is lowered
 # afresh.
 _STOCK_PTES: dict[tuple[str, str, tuple[str, ...]], bytes] = {}
+# Under pytest-xdist each worker is a session of its own: the workers share the .ptes through a
+# folder of the run (conftest.py), each lowered by the first worker that asks for it.
+_SHARED: list[Path] = []
+
+
+def share_stock_ptes(folder: Path) -> None:
+    folder.mkdir(exist_ok=True)
+    _SHARED[:] = [folder]
 
 
 def stock_pte(root: Path, entry: str, backends: list[str]) -> bytes:
     key = (_tree_digest(root), entry, tuple(backends))
     if key not in _STOCK_PTES:
-        _STOCK_PTES[key] = _lower_stock(root, entry, backends)
+        _STOCK_PTES[key] = _shared_or_lowered(key, root, entry, backends)
     return _STOCK_PTES[key]
+
+
+def _shared_or_lowered(
+    key: tuple[str, str, tuple[str, ...]], root: Path, entry: str, backends: list[str]
+) -> bytes:
+    if not _SHARED:
+        return _lower_stock(root, entry, backends)
+    path = _SHARED[0] / f"{hashlib.sha256(repr(key).encode()).hexdigest()}.pte"
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another worker lowering it: wait for its bytes
+        if path.is_file():
+            return path.read_bytes()
+        buffer = _lower_stock(root, entry, backends)
+        path.with_suffix(".part").write_bytes(buffer)
+        path.with_suffix(".part").replace(path)
+        return buffer
 
 
 def _tree_digest(root: Path) -> str:
