@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,9 @@ from testkit.projects import copy_project
 EVENTS = ("region", "moved", "exact", "done")
 
 
-def build_in_this_process(project: Path) -> dict[str, Any]:
-    """The target built here once the worker's imports are done, each report and stage timed."""
+def build_in_this_process(project: Path, region: bool = True) -> dict[str, Any]:
+    """The target built here once the worker's imports are done, each report and stage timed;
+    without `region`, with no edited region (lowerd before it), for the exact report's cost."""
     import executorch.exir  # noqa: F401  # what the fork server preloads
     import transformers.models.llama.modeling_llama  # noqa: F401  # what it warms after a build
 
@@ -75,18 +77,18 @@ def build_in_this_process(project: Path) -> dict[str, Any]:
     def timed_regions(*args: Any) -> Any:  # the edited region's own cost, start to end
         mark("region lowering starts")
         try:
-            return edited_regions(*args)
+            return edited_regions(*args) if region else {}
         finally:
             mark("region lowering ends")
 
-    build.edited_regions = timed_regions
+    build.edited_regions = timed_regions  # type: ignore[assignment,attr-defined]
     target = config.targets["llama"]
     result = build.build_target(config, target, store, progress, on_partitioned=partitioned)
     mark("done")
     return {"status": result.status, "sha256": result.sha256, "marks": marks}
 
 
-def measure(root: Path, layers: int) -> dict[str, Any]:
+def measure(root: Path, layers: int, region: bool) -> dict[str, Any]:
     project = copy_project(PROJECT, root / f"L{layers}")
     set_constants_in_file(project / MODEL_FILE, {"LAYERS": layers})
     env = {**os.environ, "LOWERD_CACHE_DIR": str(root / f"cache-L{layers}"), "HF_HUB_OFFLINE": "1"}
@@ -95,11 +97,11 @@ def measure(root: Path, layers: int) -> dict[str, Any]:
     edit_file(project, EDIT)
     time.sleep(0.1)  # past the build record's mtime granularity, as a save before a build is
     log(f"[L={layers}] the edit")
-    return _built(project, env)
+    return _built(project, env, [] if region else ["--no-region"])
 
 
-def _built(project: Path, env: dict[str, str]) -> dict[str, Any]:
-    command = [sys.executable, "-m", "bench.bench_early", "--build", str(project)]
+def _built(project: Path, env: dict[str, str], options: Sequence[str] = ()) -> dict[str, Any]:
+    command = [sys.executable, "-m", "bench.bench_early", "--build", str(project), *options]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"bench: the build failed:\n{done.stderr[-3000:]}")
@@ -122,15 +124,18 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="8,32", help="depths, comma-separated")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument(
+        "--no-region", action="store_true", help="the edit without its edited region (before)"
+    )
     parser.add_argument("--build", type=Path, help=argparse.SUPPRESS)  # the measured process
     args = parser.parse_args(argv)
     if args.build:
-        print(json.dumps(build_in_this_process(args.build)))
+        print(json.dumps(build_in_this_process(args.build, not args.no_region)))
         return 0
     results = {}
     with tempfile.TemporaryDirectory(prefix="lowerd-early-") as temp:
         for layers in (int(part) for part in args.layers.split(",")):
-            results[layers] = measure(Path(temp), layers)
+            results[layers] = measure(Path(temp), layers, not args.no_region)
             log(table({layers: results[layers]}))
     print(table(results))
     if args.json:

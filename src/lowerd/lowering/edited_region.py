@@ -200,38 +200,11 @@ def captured_calls(
     """Each root's first call, from one forward of the method's example inputs on fake tensors;
     None when the forward fails, a root is not called, or one is called with other values."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils._pytree import tree_leaves, tree_map
 
-    modules = dict(method.module.named_modules())
-    calls: dict[str, tuple[Any, Any, SourceLine | None]] = {}
-
-    def hook_of(root: str) -> Callable[..., None]:
-        def hook(module: Any, args: Any, kwargs: Any) -> None:
-            if root not in calls:
-                stack = "".join(traceback.format_list(traceback.extract_stack()))
-                calls[root] = (args, kwargs, user_files.innermost_in_stack_trace(stack))
-
-        return hook
-
-    handles = [
-        modules[root].register_forward_pre_hook(hook_of(root), with_kwargs=True) for root in roots
-    ]
-    saved = _SavedState(method.module)
-    try:
-        with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
-            fake = tree_map(
-                lambda v: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v,
-                (method.args, dict(method.kwargs)),
-            )
-            method.module(*fake[0], **fake[1])
-    except Exception as error:
-        log.debug("the forward on fake tensors failed: %r", error)
+    calls = _fake_forward(method, roots, user_files)
+    if calls is None:
         return None
-    finally:
-        for handle in handles:
-            handle.remove()
-        saved.restore()
 
     def real(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
@@ -250,6 +223,56 @@ def captured_calls(
             return None
         found[root] = _Call(tuple(tree_map(real, args)), dict(tree_map(real, kwargs)), site)
     return found
+
+
+class _AllCalled(BaseException):
+    """Ends the fake forward once every root was called: the rest of the model is not needed.
+    A BaseException, so that a forward's `except Exception` lets it through."""
+
+
+def _fake_forward(
+    method: Method, roots: Sequence[str], user_files: UserFiles
+) -> dict[str, tuple[Any, Any, SourceLine | None]] | None:
+    """Each root's first (args, kwargs, user's line) in a forward on fake tensors (no compute),
+    forward pre-hooks listening; the model put back as it was after it."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._pytree import tree_map
+
+    modules = dict(method.module.named_modules())
+    calls: dict[str, tuple[Any, Any, SourceLine | None]] = {}
+
+    def hook_of(root: str) -> Callable[..., None]:
+        def hook(module: Any, args: Any, kwargs: Any) -> None:
+            if root not in calls:
+                stack = "".join(traceback.format_list(traceback.extract_stack()))
+                calls[root] = (args, kwargs, user_files.innermost_in_stack_trace(stack))
+            if len(calls) == len(roots):
+                raise _AllCalled()
+
+        return hook
+
+    handles = [
+        modules[root].register_forward_pre_hook(hook_of(root), with_kwargs=True) for root in roots
+    ]
+    saved = _SavedState(method.module)
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode, torch.no_grad():
+            fake = tree_map(
+                lambda v: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v,
+                (method.args, dict(method.kwargs)),
+            )
+            method.module(*fake[0], **fake[1])
+    except _AllCalled:
+        pass
+    except Exception as error:
+        log.debug("the forward on fake tensors failed: %r", error)
+        return None
+    finally:
+        for handle in handles:
+            handle.remove()
+        saved.restore()
+    return calls
 
 
 class _SavedState:
