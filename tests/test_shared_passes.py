@@ -149,7 +149,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Shared]:
     raw = XnnpackBackend.__dict__["preprocess"]
     XnnpackBackend.preprocess = _observed_structures(structures)
     try:
-        with cache.installed(), XnnpackPassSkips().installed():
+        with cache.installed(), XnnpackPassSkips(store).installed():
             lowered = _lower()
     finally:
         XnnpackBackend.preprocess = raw

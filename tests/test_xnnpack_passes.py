@@ -288,3 +288,18 @@ def test_other_versions_run_every_pass(monkeypatch: pytest.MonkeyPatch) -> None:
         fast = _lower(_cnn)
     assert skips.runs == []
     assert fast == _stock(_cnn)
+
+
+def test_the_pattern_graphs_targets_are_kept_in_the_store(tmp_path: Path) -> None:
+    """The SDPA patterns' targets, built once, come back from the store without building the
+    patterns again (the next process's first preprocess)."""
+    from lowerd.cache.store import BlobStore
+
+    store = BlobStore(tmp_path / "cache", max_bytes=None)
+    built = xnnpack_passes._pattern_targets("sdpa", xnnpack_passes._sdpa_patterns, store)
+    assert built and all("aten.bmm.default" in targets for targets in built)
+
+    def never() -> list[Any]:
+        raise AssertionError("the patterns were built again")
+
+    assert xnnpack_passes._pattern_targets("sdpa", never, store) == built

@@ -110,7 +110,7 @@ def edge_speedups(speedups: EdgeSpeedups) -> Iterator[None]:
 
     with (
         speedups.installed(),
-        XnnpackPassSkips().installed(),
+        XnnpackPassSkips(speedups.store).installed(),
         PartitionSpeedups().installed(),
         pattern_graphs_made_once(),
     ):

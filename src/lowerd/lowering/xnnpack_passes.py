@@ -33,9 +33,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
-from lowerd.lowering.edge_speedups import validated_versions
+from lowerd.cache.store import BlobStore
+from lowerd.lowering.edge_speedups import decode_plain, encode_plain, validated_versions
+
+# The store's kind for the pattern graphs' call targets, by name (see _pattern_targets).
+PATTERNS_MEMO_KIND = "xnnpatterns"
+PATTERNS_FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,8 @@ class PassRun:
 
 @dataclass
 class XnnpackPassSkips:
+    # Where the pattern graphs' targets are kept between processes (None: built in each).
+    store: BlobStore | None = None
     runs: list[PassRun] = field(default_factory=list)
 
     @property
@@ -66,7 +73,7 @@ class XnnpackPassSkips:
 
         manager = _passes.XNNPACKPassManager
         raw = manager.__dict__["transform"]
-        triggers = _triggers()
+        triggers = _triggers(self.store)
         pipeline = _default_pipeline()
         record = self.runs.append
 
@@ -150,7 +157,7 @@ def _default_pipeline() -> list[str]:
     return names if tuple(names) == _PIPELINE else []
 
 
-def _triggers() -> dict[str, Callable[[Any, Any], bool]]:
+def _triggers(store: BlobStore | None = None) -> dict[str, Callable[[Any, Any], bool]]:
     """For each pass whose rewrite is understood: does this graph hold a node it would touch?
     Each predicate errs towards True (run the pass)."""
     from executorch.backends.xnnpack._passes.convert_to_linear import ConvertToLinearPass
@@ -170,7 +177,7 @@ def _triggers() -> dict[str, Callable[[Any, Any], bool]]:
             isinstance(n.target, EdgeOpOverload) and n.target in MemoryFormatOpsMap
             for n in _calls(gm)
         ),
-        "ConvertToUpsampleBilinear2d": _pattern_trigger(_bilinear_patterns),
+        "ConvertToUpsampleBilinear2d": _pattern_trigger("bilinear_2d", _bilinear_patterns, store),
         # [add]mm in a linear's source partition, and the fallback: addmm/mm, and the view_copy
         # around a linear.
         "ConvertToLinearPass": named(
@@ -182,7 +189,7 @@ def _triggers() -> dict[str, Callable[[Any, Any], bool]]:
         "PropagateCustomMetaPass": lambda _p, gm: any(
             is_quant(n) or is_dequant(n) for n in _calls(gm)
         ),
-        "ConvertToSDPAPass": _pattern_trigger(_sdpa_patterns),
+        "ConvertToSDPAPass": _pattern_trigger("sdpa", _sdpa_patterns, store),
         "ConstPropPass": _const_prop_trigger,
         "FuseBatchNormPass": named(*batch_norms),
         "DecomposeBatchNorm": named(*batch_norms),
@@ -227,21 +234,61 @@ def _sdpa_patterns() -> list[Any]:
     return list(sdpa.get_graphs())
 
 
-def _pattern_trigger(patterns: Callable[[], list[Any]]) -> Callable[[Any, Any], bool]:
+def _pattern_trigger(
+    kind: str, patterns: Callable[[], list[Any]], store: BlobStore | None
+) -> Callable[[Any, Any], bool]:
     """A SubgraphMatcher match maps each call_function node of a pattern to a graph node with the
-    same target: a pattern one of whose targets the graph lacks cannot match."""
+    same target: a pattern one of whose targets the graph lacks cannot match. Targets are
+    compared by name ("aten.bmm.default", the edge op and the ATen op alike): two targets of one
+    name only make the pass run more often."""
 
-    wanted: list[set[Any]] = []  # each pattern's targets, read at the first partition
+    wanted: list[frozenset[str]] = []  # each pattern's targets, read at the first partition
 
     def trigger(_program: Any, graph_module: Any) -> bool:
         if not wanted:
-            for pattern in patterns():
-                graph = getattr(pattern, "graph", pattern)
-                wanted.append({n.target for n in graph.nodes if n.op == "call_function"})
-        present = {n.target for n in _calls(graph_module)}
+            wanted.extend(_pattern_targets(kind, patterns, store))
+        present = {_name(n) for n in _calls(graph_module)}
         return any(targets <= present for targets in wanted)
 
     return trigger
+
+
+def _pattern_targets(
+    kind: str, patterns: Callable[[], list[Any]], store: BlobStore | None
+) -> list[frozenset[str]]:
+    """Each pattern's call targets by name. XNNPACK makes its pattern graphs by exporting small
+    modules (bilinear upsampling and SDPA: about 4 s of CPU, once per process, in each build's
+    first preprocess); their targets are a function of the torch and ExecuTorch code alone, so
+    they are kept in the store, keyed by those versions, as lists of names."""
+    key = _patterns_key(kind)
+    stored = store.get(key, PATTERNS_MEMO_KIND) if store is not None else None
+    kept = decode_plain(stored) if stored is not None else None
+    if _names_lists(kept):
+        return [frozenset(targets) for targets in kept]
+    names = [
+        sorted({_name(n) for n in getattr(p, "graph", p).nodes if n.op == "call_function"})
+        for p in patterns()
+    ]
+    payload = encode_plain(names)
+    if store is not None and payload is not None:
+        store.put(key, payload, PATTERNS_MEMO_KIND)
+    return [frozenset(targets) for targets in names]
+
+
+def _patterns_key(kind: str) -> str:
+    import hashlib
+    from importlib.metadata import version
+
+    import torch
+
+    identity = f"{PATTERNS_FORMAT_VERSION}:{kind}:{torch.__version__}:{version('executorch')}"
+    return hashlib.sha256(identity.encode()).hexdigest()
+
+
+def _names_lists(value: Any) -> TypeGuard[list[list[str]]]:
+    return isinstance(value, list) and all(
+        isinstance(names, list) and all(isinstance(n, str) for n in names) for names in value
+    )
 
 
 def _const_prop_trigger(_program: Any, graph_module: Any) -> bool:
