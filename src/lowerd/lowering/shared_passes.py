@@ -133,10 +133,12 @@ class SharedPasses:
         [program] = programs
         template = self.templates.get(structure)
         if template is not None:
-            results = self._shared(template, key, program, run)
-            if results is not None:
-                self.shared += 1
-                return results, True
+            served = self._shared(template, key, program, run)
+            if served is not None:
+                results, shared = served
+                self.shared += shared
+                self.full += not shared
+                return results, shared
         self.full += 1
         names = _weight_names(program)
         weights = {name: _weight(program, name) for name in names}
@@ -154,16 +156,18 @@ class SharedPasses:
         key: PartitionKey,
         program: ExportedProgram,
         run: Callable[[], list[PreprocessResult]],
-    ) -> list[PreprocessResult] | None:
+    ) -> tuple[list[PreprocessResult], bool] | None:
         """Stock's preprocess with the template's passes answered, rebased onto this partition's
-        handles; None if it could not be served that way."""
+        handles (and True); or, if its pass manager ran another pipeline, its own full results
+        (and False); None if the answered results cannot be rebased (nothing of this partition
+        was changed: it is preprocessed afresh)."""
         bound = _bound(template, program)
         with _answered(template, bound) as answered:
             results = run()
-        if answered != [True]:  # the passes ran (another pipeline): preprocess it in full
-            return None
+        if answered != [True]:
+            return results, False
         try:
-            return rebase(BACKEND, results, template.handles, key.handles)
+            return rebase(BACKEND, results, template.handles, key.handles), True
         except CannotRebase:
             return None
 
