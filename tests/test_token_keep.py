@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import linecache
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +140,8 @@ def _import(path: Path) -> Any:
 # A build, edited --------------------------------------------------------------------------------
 
 MODEL = "models/refused.py"
+TABLE = "models/table.py"
+READ_TABLE = "    Path(__file__).with_name('table.py').read_text()\n"
 
 
 @dataclass
@@ -165,8 +169,13 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     destination = tmp_path_factory.mktemp("token_keep") / "basic"
     with importable_copy(PROJECTS / "basic", destination) as root:
         config = load_config(root / "pyproject.toml")
-        first = _build(config)
         model = root / MODEL
+        (root / TABLE).write_text("SCALE = 1\n")  # a Python file the entry reads as data
+        text = model.read_text().replace(
+            "import torch\n", "from pathlib import Path\n\nimport torch\n"
+        )
+        model.write_text(text.replace("def make():\n", f"def make():\n{READ_TABLE}"))
+        first = _build(config)
         text = model.read_text()
         model.write_text("# a comment\n\n" + text.replace("x**3  #", "x ** 3  # cubed;"))
         stages: list[str] = []
@@ -229,6 +238,39 @@ def test_a_split_line_the_report_names_runs_the_entry(built: Built) -> None:
     assert again.reused == "same-program"
     cumsum = [op for op in again.methods["forward"].not_delegated if "cumsum" in op.op]
     assert cumsum and split.splitlines()[(cumsum[0].line or 0) - 1].strip().startswith("x =")
+
+
+def test_lowerd_build_keeps_it_without_importing_torch(built: Built) -> None:
+    model = built.config.root / MODEL
+    model.write_text("# one more comment\n" + model.read_text())
+    script = (
+        "import sys; from lowerd.cli.main import main; "
+        "code = main(['build', 'refused', '--no-daemon', '--config', sys.argv[1]]); "
+        "print(code, 'torch' in sys.modules)"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(built.config.path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "only comments or layout changed: kept the .pte" in run.stdout, run.stdout + run.stderr
+    assert run.stdout.splitlines()[-1] == "0 False"  # built, and torch never imported
+    assert sha256(Path(built.full.output or "").read_bytes()) == built.full.sha256
+
+
+def test_a_python_file_read_as_data_is_not_kept_on_tokens(built: Built) -> None:
+    config, target = built.config, built.config.targets["refused"]
+    state = load_state(config, target)
+    assert state is not None
+    root = config.root.resolve()
+    assert str(root / MODEL) in state.source_tokens
+    assert str(root / TABLE) in {source.path for source in state.sources}
+    assert str(root / TABLE) not in state.source_tokens
+    table = config.root / TABLE
+    table.write_text("# a comment in a file read as data\n" + table.read_text())
+    again = _build(config)
+    assert again.reused == "same-program"
 
 
 def test_a_comment_the_tokenizer_cannot_decode_is_left_to_the_build(built: Built) -> None:

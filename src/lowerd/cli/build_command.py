@@ -13,13 +13,22 @@ from lowerd.cli.exit_codes import exit_code
 from lowerd.project.batch import Batch
 from lowerd.project.config import choose_config
 from lowerd.project.project_store import store_for
-from lowerd.worker.local_builds import build_in_workers, import_build_modules, local_job
+from lowerd.worker.local_builds import (
+    build_in_workers,
+    import_build_modules,
+    kept_before_import,
+    local_job,
+)
 
 
 def run_build(ask: BuildAsk) -> int:
     """The build in forks of this process; --jobs defaults to 1 (each job pays its own imports)."""
     batch = Batch.load(choose_config(ask.config_path), ask.target_names, ask.use_cache)
     batch.answer_up_to_date()
+    if ask.use_cache:  # only comments and layout changed: kept before torch is imported
+        for target in batch.stale:
+            if (kept := kept_before_import(batch.config, target)) is not None:
+                batch.results[target.name] = kept
     if batch.stale:
         import_build_modules(store_for(batch.config) if ask.use_cache else None)
         progress = progress_printer()

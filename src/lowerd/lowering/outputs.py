@@ -15,6 +15,7 @@ from lowerd.cache.atomic import write_atomic
 from lowerd.lowering.stages import BuildContext, Emitted, Written
 from lowerd.project.build_state import TargetState, owned_data_files
 from lowerd.project.disk_errors import writing_in_out_dir
+from lowerd.project.rebuild_record import kept_partitions
 from lowerd.project.report_model import MethodReport
 from lowerd.project.result import CacheSummary, DataFile
 
@@ -55,8 +56,6 @@ def write(ctx: BuildContext, emitted: Emitted) -> Written:
 def keep(ctx: BuildContext, state: TargetState, reports: Mapping[str, MethodReport]) -> Written:
     """The .pte and data files `state`'s build wrote, as they are on disk, with its `reports`
     (the decision's: at the lines where the code is now)."""
-    from lowerd.lowering.rebuild_facts import kept_partitions
-
     recorded = state.report
     earlier = state.rebuild.partitions if state.rebuild else []
     return Written(

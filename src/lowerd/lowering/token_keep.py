@@ -19,9 +19,16 @@ and this keep is decided before the entry is loaded, from the record and the dis
 - the target neither verifies nor bundles: both need the eager model's outputs;
 - every line the last result names in an edited file has one place in the new text (LineMap).
 
+Tokens leave out one thing the interpreter can see: line numbers. A model that computes with
+its own lines (a frame's f_lineno, a traceback's text) is the one program this keep would not
+see change; lowerd assumes none does, as the up-to-date check assumes an entry is a function of
+the files it read. The lines that do reach the exported program, its nodes' stack traces, are
+provenance: neither the program's digest nor the .pte holds them (an ETRecord does: never kept).
+
 The result is the last one with every line moved (project/line_moves.py), `reused` SAME_SOURCE;
 the record is the last one with the new stamps, streams and node lines. Anything not shown here
-does the full build, which keeps the .pte by the program's digest if it can.
+does the full build, which keeps the .pte by the program's digest if it can. `lowerd build`
+asks before it imports torch (kept_before_import), the daemon's worker before the entry loads.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from lowerd.project.build_state import (
     FileStamp,
     TargetState,
     forget_state,
+    load_state,
     program_inputs_digest,
     save_state,
     stamp_files,
@@ -43,9 +51,11 @@ from lowerd.project.build_state import (
     why_outputs_not_kept,
     why_program_not_kept,
 )
+from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.disk_errors import writing_in_out_dir
+from lowerd.project.errors import LowerdError
 from lowerd.project.line_moves import LineMoves, NodeLines
-from lowerd.project.rebuild_record import line_checksums, record_rebuild
+from lowerd.project.rebuild_record import kept_partitions, line_checksums, record_rebuild
 from lowerd.project.result import CacheSummary, TargetResult
 from lowerd.project.source_tokens import LineMap, SourceTokens, compiles, line_map, source_tokens
 
@@ -83,6 +93,21 @@ def keep_same_source(
     with writing_in_out_dir(ctx.config, state_path(ctx.config, ctx.target), "build record"):
         _record(ctx, earlier, edits, result, node_lines)
     return result
+
+
+def kept_before_import(config: ProjectConfig, target: TargetConfig) -> TargetResult | None:
+    """keep_same_source for a command that has not imported torch yet (`lowerd build` in a
+    fresh process): its record read, no code of the user's run; None where a build must decide,
+    a disk that refuses the record included (the build then says so)."""
+    ctx = BuildContext.start(config, target, None, _quiet, None)
+    try:
+        return keep_same_source(ctx, load_state(config, target), reuse=True)
+    except LowerdError:
+        return None
+
+
+def _quiet(stage: str, target: str, detail: str | None) -> None:
+    """No stage runs: there is nothing to say."""
 
 
 def _why_not_kept(ctx: BuildContext, earlier: TargetState) -> str | None:
@@ -134,8 +159,6 @@ def _record(
 ) -> None:
     """The last record with the sources as they are now; forgotten when one was saved again
     since it was read (the keep was decided on other bytes)."""
-    from lowerd.lowering.rebuild_facts import kept_partitions
-
     decided = {
         s.path: edits[s.path].sha256 if s.path in edits else s.sha256 for s in earlier.sources
     }

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from lowerd.project.key_summary import KeySummary
 from lowerd.project.partition_match import PartitionIdentity, match_partitions
 from lowerd.project.record_check import site_problem
+from lowerd.project.report_model import MethodReport, PartitionSummary
 from lowerd.project.wire import wire_field
 
 if TYPE_CHECKING:  # build_state imports this module for its TargetState's field
@@ -91,6 +92,32 @@ class RebuildRecord:
     sources: list[SourceChange] = field(default_factory=list)
     inputs: list[InputChange] = field(default_factory=list)
     partitions: list[PartitionFacts] = field(default_factory=list)
+
+
+def kept_partitions(
+    reports: dict[str, MethodReport], earlier: list[PartitionFacts]
+) -> list[PartitionFacts]:
+    """The partitions of a kept .pte: the earlier build's keys (the blobs are its), at the lines
+    where the code is now."""
+    keys = {(p.method, p.index): p.key for p in earlier}
+    return [
+        partition_facts(method, index, partition, "kept", keys.get((method, index)), None)
+        for method, report in reports.items()
+        for index, partition in enumerate(report.partitions, start=1)
+    ]
+
+
+def partition_facts(
+    method: str,
+    index: int,
+    partition: PartitionSummary,
+    cache: str | None,
+    key: KeySummary | None,
+    note: str | None,
+) -> PartitionFacts:
+    """A partition of the report as the record keeps it: its first op's user line as its site."""
+    site = partition.sources[0][:2] if partition.sources else None
+    return PartitionFacts(method, index, partition.backend, cache, site, key, note)
 
 
 def record_rebuild(

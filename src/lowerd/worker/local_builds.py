@@ -38,6 +38,15 @@ def import_build_modules(store: BlobStore | None) -> None:
     gc.freeze()  # torch's and ExecuTorch's objects never die: spare every collection the scan
 
 
+def kept_before_import(config: ProjectConfig, target: TargetConfig) -> TargetResult | None:
+    """The target's last .pte kept when only comments and layout changed, decided before the
+    engine is imported and without running the user's code (lowering/token_keep.py, which
+    imports no torch); None when a build must decide."""
+    from lowerd.lowering.token_keep import kept_before_import as keep
+
+    return keep(config, target)
+
+
 def local_job(
     config: ProjectConfig,
     target: TargetConfig,
