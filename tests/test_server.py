@@ -35,7 +35,7 @@ from lowerd.daemon.diagnostics import PROVISIONAL_NOTE
 from helpers import DEADLINE, PROJECTS, async_wait_until, line_marks
 from stock import forget_project_modules, run_stock_script
 from testkit.lsp_driver import LspDriver
-from testkit.lsp_events import BuildFinished, Published
+from testkit.lsp_events import BuildFinished, Progress, Published
 from testkit.ports import free_port
 from testkit.projects import copy_project, write_text_atomic
 
@@ -578,16 +578,33 @@ async def test_a_builds_diagnostics_come_before_its_build_finished(editor: Edito
     await editor.until("error gone", lambda: not editor.at("net.edit"))
 
 
-def _refusals_in(editor: Editor, since: int, relative: str) -> list[types.Diagnostic]:
-    """The not-delegated warnings published for the file from event `since` on, in order."""
+def _warnings_at(editor: Editor, since: int, mark: str) -> list[tuple[int, types.Diagnostic]]:
+    """The not-delegated warnings published at the mark's line from event `since` on, with the
+    index of the event that published each."""
+    relative, line = editor.line(mark)
     uri = editor.uri(relative)
     return [
-        d
-        for e in editor.events[since:]
-        if isinstance(e, Published) and e.uri == uri
+        (index, d)
+        for index, e in enumerate(editor.events)
+        if index >= since and isinstance(e, Published) and e.uri == uri
         for d in e.diagnostics
-        if d.code == "not-delegated"
+        if d.code == "not-delegated" and d.range.start.line == line - 1
     ]
+
+
+def _first_stage(editor: Editor, since: int, stage: str) -> int | None:
+    """The index of the first $/progress report of `stage` from event `since` on."""
+    return next(
+        (
+            index
+            for index, e in enumerate(editor.events)
+            if index >= since
+            and isinstance(e, Progress)
+            and isinstance(e.value, types.WorkDoneProgressReport)
+            and (e.value.message or "").split(" ")[0] == stage
+        ),
+        None,
+    )
 
 
 async def test_an_edited_submodule_is_refused_provisionally_first_then_exactly(
@@ -595,23 +612,26 @@ async def test_an_edited_submodule_is_refused_provisionally_first_then_exactly(
 ) -> None:
     """Net's head swapped (Identity -> Running, whose cumsum XNNPACK refuses): the head is
     lowered alone once the entry is loaded, so the running sum's line is warned about, marked
-    provisional, before the build's own partitioned report says it, which replaces it. Without
-    the edited region the provisional report is the last build's, which refused nothing."""
+    provisional, before the whole program is exported; the build's own partitioned report says
+    it before emit, and replaces it. Without the edited region the provisional report is the
+    last build's, which refused nothing."""
     edited, original = editor.replace_line("net.head", "self.head = Running()")
     since = len(editor.events)
     editor.save("models/net.py", edited)
     try:
         assert (await editor.built("net", since))["status"] == "ok"
-        _, line = editor.line("net.running")
-        at_line = [
-            d
-            for d in _refusals_in(editor, since, "models/net.py")
-            if d.range.start.line == line - 1
-        ]
-        said = [PROVISIONAL_NOTE in d.message for d in at_line]
+        at_line = _warnings_at(editor, since, "net.running")
+        said = [PROVISIONAL_NOTE in d.message for _, d in at_line]
         # Provisional first, then exact, never provisional again.
         assert said[0] and not said[-1] and said == sorted(said, reverse=True), at_line
-        assert all("aten.cumsum.default" in d.message for d in at_line)
+        assert all("aten.cumsum.default" in d.message for _, d in at_line)
+        # Before the first stage after load that the bar showed (one passing while the bar was
+        # created is not shown), and the exact report before emit.
+        later = [_first_stage(editor, since, stage) for stage in ("export", "partition", "emit")]
+        assert at_line[0][0] < min(i for i in later if i is not None), "provisional late"
+        exact = next(index for index, d in at_line if PROVISIONAL_NOTE not in d.message)
+        emit = later[-1]
+        assert emit is not None and exact < emit, "the exact report after emit"
         [now] = editor.at("net.running", "not-delegated")
         assert PROVISIONAL_NOTE not in now.message
     finally:
