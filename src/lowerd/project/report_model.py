@@ -215,8 +215,9 @@ class MethodReport:
     # False for the report made as soon as partitioning is done, before preprocess: its
     # get_delegation_info counts (delegated_nodes, ...) are 0 and its partitions have no cache.
     final: bool = True
-    # True for the last build's report, its lines moved to where the code is now, shown while the
-    # edited program is lowered (seconds of edge generation on a real model): the partitioned
+    # True for the last build's report shown while the edited program is lowered (seconds of
+    # edge generation on a real model), the edited modules' refusals (lowered alone) in place of
+    # its own there, its lines moved to where the code is now once exported: the partitioned
     # report replaces it.
     provisional: bool = False
     # From the emitted program (lowering/program_sizes.py): the bytes of the method's planned

@@ -215,7 +215,8 @@ class TargetResult:
         cls, name: str, method: str, report: MethodReport, last: TargetResult | None
     ) -> TargetResult:
         """What the editor shows while a build still runs: a method's report as soon as it is
-        partitioned (or the last build's, provisionally), laid over the last result's methods
+        partitioned (or a provisional one: the last build's, the edited modules' refusals in
+        place), laid over the last result's methods
         when that one built, with its entry and module sites."""
         methods = dict(last.methods) if last is not None and last.status == "ok" else {}
         methods[method] = report

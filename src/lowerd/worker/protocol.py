@@ -95,7 +95,10 @@ class ProgressEvent:
 @wire_shape(tag="type")
 @dataclass(frozen=True)
 class PartitionedEvent:
-    """A method's report as soon as it is partitioned (or, provisional, the last build's)."""
+    """A method's report as soon as it is partitioned (`final` false until the result), or,
+    `provisional`, the last build's with the edited modules' refusals lowered alone in place of
+    its own there (after load: lowering/edited_region.py; again after export, its lines moved).
+    Each replaces the one before; the result replaces them all."""
 
     type: ClassVar[str] = "partitioned"
 
