@@ -36,6 +36,20 @@ class Model(nn.Module):
         return x
 
 
+class Choosing(Block):
+    """Sets in its code and attributes: their order is the process's."""
+
+    kinds = frozenset({"relu", "gelu", "silu", "tanh", "mish", "elu", "selu", "celu"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names = set(self.kinds)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        chosen = "relu" in {"relu", "tanh", "gelu", "silu", "mish", "elu", "selu", "celu"}
+        return super().forward(x) if chosen else x
+
+
 def roots(before: nn.Module, after: nn.Module) -> list[str]:
     return changed_roots(module_digests(before), module_digests(after))
 
@@ -125,3 +139,24 @@ def test_a_module_never_called_or_called_with_other_values_is_no_region(tmp_path
             return self.carrier(x, state=object())  # a cache object, as transformers passes
 
     assert captured_calls(Method(Passing(), (torch.randn(1, 4),)), ["carrier"], files) is None
+
+
+def test_the_digests_are_the_same_in_another_process() -> None:
+    """A build record's digests are compared by the next build, in another worker: nothing of
+    them may depend on the process (str hashes, the order of a set, an address)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import json, sys; sys.path[:0] = sys.argv[1:]\n"
+        "from test_module_tree import Model, Block, Choosing, module_digests\n"
+        "print(json.dumps(module_digests(Model(Block(), Choosing()))))\n"
+    )
+    here = os.path.dirname(__file__)
+    env = {**os.environ, "PYTHONHASHSEED": "7"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, here], env=env, capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout) == module_digests(Model(Block(), Choosing()))
