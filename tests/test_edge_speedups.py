@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,18 +43,33 @@ def examples(tmp_path: Path) -> Iterator[Path]:
         yield root
 
 
-@pytest.fixture
-def installed(monkeypatch: pytest.MonkeyPatch) -> list[EdgeSpeedups]:
-    """Every EdgeSpeedups a build installs, to read its counts afterwards."""
-    seen: list[EdgeSpeedups] = []
-    original = EdgeSpeedups.installed
+@pytest.fixture(scope="module")
+def examples_lowered(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[[str], tuple[Path, TargetResult, EdgeSpeedups]]]:
+    """An examples/ target built by lowerd, on an empty cache, the first time a test asks for it:
+    the project it was built in, the result, and the EdgeSpeedups the build installed."""
+    built: dict[str, tuple[Path, TargetResult, EdgeSpeedups]] = {}
+    folder = tmp_path_factory.mktemp("examples-lowered")
+    with importable_copy(EXAMPLES, folder / "examples") as root:
 
-    def spied(self: EdgeSpeedups) -> Any:
-        seen.append(self)
-        return original(self)
+        def lowered(name: str) -> tuple[Path, TargetResult, EdgeSpeedups]:
+            if name not in built:
+                seen: list[EdgeSpeedups] = []
+                original = EdgeSpeedups.installed
 
-    monkeypatch.setattr(EdgeSpeedups, "installed", spied)
-    return seen
+                def spied(self: EdgeSpeedups) -> Any:
+                    seen.append(self)
+                    return original(self)
+
+                with pytest.MonkeyPatch.context() as patch:
+                    patch.setattr(EdgeSpeedups, "installed", spied)
+                    result = lowerd_build(root, name, BlobStore(folder / "cache" / name))
+                [speedups] = seen
+                built[name] = (root, result, speedups)
+            return built[name]
+
+        yield lowered
 
 
 def lowerd_build(root: Path, name: str, store: BlobStore) -> TargetResult:
@@ -98,43 +113,39 @@ def test_basic_equals_stock_with_replays_skipped(
 
 
 @pytest.mark.parametrize(
-    ("folder", "name", "skipped"),
+    ("name", "skipped"),
     [
         # Conv2d, softmax are in the second table: only the third replay is redundant.
-        ("examples", "cnn", 1),
-        ("examples", "transformer", 1),
-        ("examples", "encoder_decoder", 4),
-        ("examples", "dynamic_mlp", 2),
+        ("cnn", 1),
+        ("transformer", 1),
+        ("encoder_decoder", 4),
+        ("dynamic_mlp", 2),
     ],
 )
 def test_lowerd_equals_stock_with_replays_skipped(
-    request: pytest.FixtureRequest,
-    store: BlobStore,
-    installed: list[EdgeSpeedups],
-    folder: str,
+    examples_lowered: Callable[[str], tuple[Path, TargetResult, EdgeSpeedups]],
     name: str,
     skipped: int,
 ) -> None:
-    root = request.getfixturevalue(folder)
-    result = lowerd_build(root, name, store)
-    [speedups] = installed
+    root, result, speedups = examples_lowered(name)
     assert speedups.skipped == skipped
     assert speedups.replayed == 3 * len(result.methods) - skipped
     assert result.sha256 == stock_digest(root, name)
 
 
-def test_a_replay_with_work_to_do_runs(examples: Path) -> None:
+def test_a_replay_with_work_to_do_runs(
+    examples_lowered: Callable[[str], tuple[Path, TargetResult, EdgeSpeedups]],
+) -> None:
     """The CNN's aten.conv2d is in the second table (XNNPACK keeps convolution, not conv2d): that
-    replay decomposes, so it runs; the third finds nothing left and is skipped."""
-    speedups = EdgeSpeedups(None)
-    with speedups.installed():
-        fast = lower(examples, "models/cnn.py:make")
+    replay decomposes, so it runs; the third finds nothing left and is skipped. (The build of
+    test_lowerd_equals_stock_with_replays_skipped[cnn].)"""
+    root, result, speedups = examples_lowered("cnn")
     assert [(r.skipped, r.why) for r in speedups.replays] == [
         (False, "an empty table: the replay functionalizes"),
         (False, "aten.conv2d.default is in the table"),
         (True, "no op of the table in the graph"),
     ]
-    assert sha256(fast) == sha256(stock_pte(examples, "models/cnn.py:make", ["xnnpack"]))
+    assert result.sha256 == sha256(stock_pte(root, "models/cnn.py:make", ["xnnpack"]))
 
 
 def test_metadata_a_replay_drops_forces_it(tmp_path: Path, store: BlobStore) -> None:
