@@ -309,7 +309,7 @@ def _record(
     inputs = target_inputs(ctx.config, ctx.target)
     program, written = exported.fingerprint, built.written
     as_code = [(s.path, s.sha256) for s in sources if Path(s.path) not in recorder.read_as_data()]
-    libraries = imported_library_files(ctx.user_files.owns)
+    libraries = imported_library_files(recorder.is_project_file)
     state = TargetState(
         target=ctx.target.name,
         inputs_digest=inputs_digest(inputs),

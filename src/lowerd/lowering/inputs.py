@@ -78,9 +78,11 @@ class InputRecorder:
             return False
         while frame is not None and frame.f_globals.get("__name__") in _LINE_READERS:
             frame = frame.f_back
-        return frame is not None and not self._is_project_code(frame.f_code.co_filename)
+        return frame is not None and not self.is_project_file(frame.f_code.co_filename)
 
-    def _is_project_code(self, file: str) -> bool:
+    def is_project_file(self, file: str) -> bool:
+        """UserFiles.owns, after a string compare that rules out thousands of library files
+        without resolving them against the disk."""
         return self._near_root(file) and self.user_files.owns(file)
 
     def read_as_data(self) -> set[Path]:
