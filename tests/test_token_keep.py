@@ -69,10 +69,11 @@ def test_comments_blank_lines_and_spaces_keep_the_stream_and_move_its_lines() ->
         BEFORE.replace(b"x + y", b"x - y"),
         BEFORE.replace(b"    z = x", b"  z = x").replace(b"    return", b"  return"),  # indent
         b"# -*- coding: latin-1 -*-\n" + BEFORE,  # the encoding cookie is a token's
+        BEFORE.replace(b"# sum", b"# type: (int, int) -> int"),  # TorchScript reads it
         # a newline is a token: `g(z)` on two lines is `g` then `(z)`
         BEFORE.replace(b"    return g(z,", b"    w = g\n    (z,"),
     ],
-    ids=["docstring", "operator", "indentation", "cookie", "newline"],
+    ids=["docstring", "operator", "indentation", "cookie", "type-comment", "newline"],
 )
 def test_what_the_interpreter_reads_is_a_change(edited: bytes) -> None:
     before, after = source_tokens(BEFORE), source_tokens(edited)

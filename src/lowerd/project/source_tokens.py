@@ -7,7 +7,8 @@ the lines a traceback or a node's stack trace names, and each such line is the l
 (an AST node starts at its first token). The stream kept here is every token but COMMENT and NL,
 compared by type and string, except NEWLINE, DEDENT and ENDMARKER, compared by type (their
 string is a line ending or empty): a docstring, a string, an indentation or the encoding cookie
-(the ENCODING token) that changes is a change. Line continuations make no token.
+(the ENCODING token) that changes is a change, and so is a type comment, which TorchScript reads.
+Line continuations make no token.
 
 `line_map` says where each old line went: the new line of the tokens that started on it. A
 line whose tokens went to two new lines (a call split over lines) or on which no token starts
@@ -20,12 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import tokenize
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 _LAYOUT = frozenset({tokenize.COMMENT, tokenize.NL})
+# A type comment is read by TorchScript (`# type: (Tensor) -> Tensor`): it stays in the stream.
+_TYPE_COMMENT = re.compile(r"#\s*type:")
 # Tokens whose string is a line ending or empty: their type is the whole of them.
 _TYPE_ONLY = frozenset({tokenize.NEWLINE, tokenize.DEDENT, tokenize.ENDMARKER})
 
@@ -47,7 +51,7 @@ def source_tokens(data: bytes) -> SourceTokens | None:
         for token in tokenize.tokenize(io.BytesIO(data).readline):
             if token.type == tokenize.ERRORTOKEN:
                 return None
-            if token.type in _LAYOUT:
+            if token.type in _LAYOUT and not _TYPE_COMMENT.match(token.string):
                 continue
             text = "" if token.type in _TYPE_ONLY else token.string
             digest.update(f"{token.type}\0{text}\0".encode(errors="surrogatepass"))
