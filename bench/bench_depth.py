@@ -12,15 +12,24 @@ wrapped to return the logits, built at each depth L of --layers. For each L, in 
                     (`model.model.layers[-1].mlp.act_fn = GELU()`), built by the warm daemon
     comment         a comment line on top of that edit, built by the warm daemon
     stock, edited   stock again on the edited model: the baseline of `edit` and `comment`
+    edit, in-process
+                    the same edit built by build_target in a fresh process, with the cold
+                    run's cache and build records: the edit's sub-stages
 
 Every lowerd .pte is compared by sha256 with stock's on the same model (the bench exits 1 when
 any differs). Stage seconds are lowerd's progress stages (load, export, partition: edge
 generation and the partitioner up to the first preprocess, preprocess: cutting the partitions out
 and preprocessing them, emit, write) and stock's (load, export, lower, emit); through the daemon
-they are read from the progress frames the client receives.
+they are read from the progress frames the client receives. The runs in a process of the
+bench's own (stock, cold, edit in-process) also time ExecuTorch's sub-stages inside those
+(bench/substages.py: decompositions, edge passes, partitioner, cutting, legalize, preprocess,
+to_executorch's passes, memory planning, emission, serialization), in CPU and wall seconds.
+`--chain` runs only the stock chain at each depth, as it is and with lowerd's exact shortcuts
+installed around it (same sha256): where the shortcuts' time goes, by sub-stage.
 
     nice -n 10 .venv/bin/python -m bench.bench_depth                      # L = 4,16,32, hidden 512
     .venv/bin/python -m bench.bench_depth --layers 2,4,8 --hidden 256 --intermediate 688
+    .venv/bin/python -m bench.bench_depth --chain --layers 4,8,16         # sub-stages only
     .venv/bin/python -m bench.bench_depth --json depth.json --keep
 
 Needs the `bench` extra (transformers). A script, not a test: nothing asserts on a timing.
@@ -134,10 +143,12 @@ class Depth:
 
     def measure(self) -> dict[str, dict[str, Any]]:
         runs = self.runs
-        runs["stock"] = self.stock("stock")
         if self.bench.args.chain:
+            if not self.bench.args.no_stock:
+                runs["stock"] = self.stock("stock")
             runs["stock, shortcuts"] = self.stock("stock-shortcuts", shortcuts=True)
             return self.compared()
+        runs["stock"] = self.stock("stock")
         runs["cold"] = self.cold()
         self.bench.start_daemon(self.projects["daemon"], self.env)
         try:
@@ -159,7 +170,9 @@ class Depth:
         runs = self.runs
         for name, run in runs.items():
             edited = name in ("stock, edited", "edit", "comment", "edit, in-process")
-            run["same"] = run["sha256"] == runs["stock, edited" if edited else "stock"]["sha256"]
+            baseline = runs.get("stock, edited" if edited else "stock")
+            # None: no stock run to compare with (--chain --no-stock)
+            run["same"] = run["sha256"] == baseline["sha256"] if baseline else None
             log(f"[L={self.layers}] {name}: {describe(run)}")
         return runs
 
@@ -248,6 +261,8 @@ def describe(run: dict[str, Any]) -> str:
     text = f"{run['seconds']:.2f} s"
     if "hits" in run:
         text += f", {run['misses']} preprocessed, {run['hits']} reused"
+    if run["same"] is None:
+        return text + f", sha256 {run['sha256'][:16]} (no stock run)"
     return text + (", same sha256" if run["same"] else ", DIFFERENT sha256")
 
 
@@ -366,7 +381,8 @@ def goals(results: dict[int, dict[str, dict[str, Any]]]) -> list[str]:
 
 
 def all_same(results: dict[int, dict[str, dict[str, Any]]]) -> bool:
-    return all(run["same"] for runs in results.values() for run in runs.values())
+    runs = [run for runs in results.values() for run in runs.values()]
+    return all(run["same"] is not False for run in runs)
 
 
 def print_report(bench: Bench, revision: str) -> None:
@@ -417,6 +433,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="only the stock chain at each depth, in one process each: as it is, and with "
         "lowerd's exact shortcuts installed around it (sha256 compared); sub-stages timed",
+    )
+    parser.add_argument(
+        "--no-stock",
+        action="store_true",
+        help="with --chain: the chain with the shortcuts only (its sha256 is compared with "
+        "nothing: compare it with another run's stock)",
     )
     parser.add_argument("--json", metavar="FILE", help="also write every run's numbers to FILE")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir, and say where")

@@ -34,11 +34,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.substages import lowerd_shortcuts, timed_substages
 from testkit.stock_lowering import importable, lower_stock
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -343,39 +344,6 @@ def stock_lower(returned: Any, clock: StageClock | None = None) -> tuple[Any, by
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     return lower_stock(returned, [XnnpackPartitioner()], clock.mark if clock else None)
-
-
-@contextmanager
-def timed_substages(enabled: bool | None) -> Iterator[Any]:
-    """ExecuTorch's sub-stages timed in this process while the block runs (bench/substages.py),
-    when enabled; the clock, or None."""
-    if not enabled:
-        yield None
-        return
-    from bench.substages import SubStageClock
-
-    with SubStageClock().installed() as clock:
-        yield clock
-
-
-@contextmanager
-def lowerd_shortcuts(enabled: bool | None) -> Iterator[None]:
-    """lowerd's exact shortcuts through ExecuTorch installed around the stock chain, as lowerd
-    installs them around its own lowering and emission, when enabled: the chain's time with
-    and without them, the bytes the same. A lowerd without the emission shortcuts (an older
-    checkout's, --lowerd-src) installs those it has."""
-    if not enabled:
-        yield
-        return
-    from lowerd.lowering.edge_speedups import EdgeSpeedups
-    from lowerd.lowering.partitioner_route import edge_speedups
-
-    try:
-        from lowerd.lowering.emit_speedups import emit_speedups
-    except ImportError:
-        emit_speedups = nullcontext
-    with edge_speedups(EdgeSpeedups(None)), emit_speedups():
-        yield
 
 
 def import_stock(libraries: Iterable[str] = ()) -> None:

@@ -39,6 +39,7 @@ class Hook:
     # decompositions and passes are, while the to_edge of XNNPACK's pattern graphs (made once
     # per process, inside the partitioner or preprocess) is charged to the one that made it.
     outermost: bool = False
+    optional: bool = False  # lowerd's own function, absent from an older lowerd
 
 
 _PROGRAM = "executorch.exir.program._program"
@@ -60,6 +61,8 @@ HOOKS = (
     Hook("partitioner", "executorch.exir.backend.partitioner", "Partitioner", "__call__"),
     Hook("cutting", _BACKEND_API, None, "_create_partitions"),
     Hook("legalize", "executorch.exir.lowered_backend_module", None, "legalize_graph"),
+    # lowerd's legalize_graph without the copy (partition_speedups looks it up when installed)
+    Hook("legalize", "lowerd.lowering.graph_legalize", None, "legalize_in_place", optional=True),
     Hook("preprocess", _BACKEND_API, None, "lower_all_submodules_to_backend"),
     Hook("to_executorch passes", _PROGRAM, "EdgeProgramManager", "to_executorch"),
     Hook(
@@ -71,7 +74,7 @@ HOOKS = (
     Hook("emission", _PROGRAM, None, "emit_program"),
     Hook("serialization", _PROGRAM, None, "serialize_for_executorch"),
 )
-SUBSTAGES = tuple(hook.substage for hook in HOOKS)
+SUBSTAGES = tuple(dict.fromkeys(hook.substage for hook in HOOKS))
 
 
 @dataclass
@@ -107,7 +110,12 @@ class SubStageClock:
         }
 
     def _wrap(self, hook: Hook) -> Callable[[], None]:
-        module = importlib.import_module(hook.module)
+        try:
+            module = importlib.import_module(hook.module)
+        except ImportError:
+            if hook.optional:
+                return lambda: None
+            raise
         holder: Any = getattr(module, hook.owner) if hook.owner else module
         raw = holder.__dict__[hook.name] if hook.owner else getattr(module, hook.name)
         clock = self
@@ -141,3 +149,30 @@ class SubStageClock:
     def _leave(self) -> None:
         self._charge()
         self._stack.pop()
+
+
+@contextmanager
+def timed_substages(enabled: bool | None) -> Iterator[Any]:
+    """ExecuTorch's sub-stages timed in this process while the block runs (bench/substages.py),
+    when enabled; the clock, or None."""
+    if not enabled:
+        yield None
+        return
+    with SubStageClock().installed() as clock:
+        yield clock
+
+
+@contextmanager
+def lowerd_shortcuts(enabled: bool | None) -> Iterator[None]:
+    """lowerd's exact shortcuts through ExecuTorch installed around the stock chain, as lowerd
+    installs them around its own lowering (lowering/partitioner_route.py edge_speedups), when
+    enabled: the chain's time with and without them, the bytes the same. (lowerd has none for
+    to_executorch: its sub-stages run as stock's.)"""
+    if not enabled:
+        yield
+        return
+    from lowerd.lowering.edge_speedups import EdgeSpeedups
+    from lowerd.lowering.partitioner_route import edge_speedups
+
+    with edge_speedups(EdgeSpeedups(None)):
+        yield
