@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,14 +165,18 @@ def timed_substages(enabled: bool | None) -> Iterator[Any]:
 @contextmanager
 def lowerd_shortcuts(enabled: bool | None) -> Iterator[None]:
     """lowerd's exact shortcuts through ExecuTorch installed around the stock chain, as lowerd
-    installs them around its own lowering (lowering/partitioner_route.py edge_speedups), when
-    enabled: the chain's time with and without them, the bytes the same. (lowerd has none for
-    to_executorch: its sub-stages run as stock's.)"""
+    installs them around its own lowering and emission, when enabled: the chain's time with
+    and without them, the bytes the same. A lowerd without the emission shortcut (an older
+    checkout's, --lowerd-src) installs those it has."""
     if not enabled:
         yield
         return
     from lowerd.lowering.edge_speedups import EdgeSpeedups
     from lowerd.lowering.partitioner_route import edge_speedups
 
-    with edge_speedups(EdgeSpeedups(None)):
+    try:
+        from lowerd.lowering.emit_speedups import emit_speedups
+    except ImportError:
+        emit_speedups = nullcontext
+    with edge_speedups(EdgeSpeedups(None)), emit_speedups():
         yield

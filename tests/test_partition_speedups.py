@@ -1,5 +1,5 @@
-"""ExecuTorch's partitioning with lowerd's shortcuts (lowering/partition_speedups.py) gives stock's
-partitions and bytes.
+"""ExecuTorch's partitioning and emission with lowerd's shortcuts (lowering/partition_speedups.py,
+emit_speedups.py) give stock's partitions and bytes.
 
 Stock here is tests/stock.py: a plain ExecuTorch run with nothing of lowerd's installed.
 """
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from lowerd.lowering import partition_speedups
+from lowerd.lowering.emit_speedups import EmitSpeedups
 from lowerd.lowering.partition_speedups import PartitionSpeedups
 
 from stock import PROJECTS, call_entry, sha256
@@ -100,8 +101,8 @@ def test_a_llama_partitioned_with_the_shortcuts_is_stock_s_bytes(
         return answer
 
     monkeypatch.setattr(partition_speedups, "_can_merge_partitions", both)
-    speedups = PartitionSpeedups()
-    with speedups.installed():
+    speedups, emission = PartitionSpeedups(), EmitSpeedups()
+    with speedups.installed(), emission.installed():
         edge, buffer = lower_stock(call_entry(LLAMA, ENTRY), [XnnpackPartitioner()])
 
     assert sha256(buffer) == sha256(stock)
@@ -112,6 +113,7 @@ def test_a_llama_partitioned_with_the_shortcuts_is_stock_s_bytes(
     assert speedups.recompiles_held == len(delegates) > 1
     assert speedups.legalized_in_place == len(delegates)
     assert in_place_states == stock_states
+    assert emission.retraces_skipped == 1  # SpecPropPass's, after the dim order's plain retrace
     # ExecuTorch's functions are back once it is uninstalled.
     assert GroupBasedPartitioner._can_merge_partitions is executorch_s
 

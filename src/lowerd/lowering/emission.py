@@ -26,8 +26,11 @@ from lowerd.project.result import ProgramSizes
 def emit(ctx: BuildContext, lowered: Lowered) -> Emitted:
     """The program emitted: its bytes, its data files' bytes, its sizes on each report."""
     ctx.stage("emit")
+    from lowerd.lowering.emit_speedups import emit_speedups
+
     try:
-        manager = lowered.edge.to_executorch(_backend_config(ctx))
+        with emit_speedups():
+            manager = lowered.edge.to_executorch(_backend_config(ctx))
         buffer = bytes(manager.buffer)
     except Exception as error:
         raise ctx.blame(LoweringError, error, "ExecuTorch emission failed") from error
