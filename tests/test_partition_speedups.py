@@ -132,3 +132,24 @@ def test_other_versions_run_executorch_as_it_is(monkeypatch: pytest.MonkeyPatch)
             lowered_backend_module.legalize_graph,
         )
     assert during == before
+
+
+def test_emission_shortcut_puts_executorch_back_even_nested(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from executorch.exir.passes.legalize_portable_dim_order_pass import (
+        LegalizePortableDimOrderPass,
+    )
+    from executorch.exir.passes.spec_prop_pass import SpecPropPass
+
+    from lowerd.lowering import emit_speedups
+
+    before = (LegalizePortableDimOrderPass.__call__, SpecPropPass.__call__)
+    with EmitSpeedups().installed(), EmitSpeedups().installed():
+        assert SpecPropPass.__call__ is not before[1]
+    assert (LegalizePortableDimOrderPass.__call__, SpecPropPass.__call__) == before
+    assert "__call__" not in LegalizePortableDimOrderPass.__dict__  # inherited, as it was
+
+    monkeypatch.setattr(emit_speedups, "validated_versions", lambda: False)
+    with EmitSpeedups().installed():
+        assert (LegalizePortableDimOrderPass.__call__, SpecPropPass.__call__) == before

@@ -53,6 +53,7 @@ class EmitSpeedups:
         retraced: dict[int, tuple[Any, list[Any]]] = {}  # id(module) -> (module, its nodes)
         copy_op = LegalizePortableDimOrderPass._copy_op
         raw_legalize = LegalizePortableDimOrderPass.__call__
+        own_legalize = LegalizePortableDimOrderPass.__dict__.get("__call__")  # None: inherited
         raw_spec_prop = SpecPropPass.__dict__["__call__"]
 
         def legalize(pass_: Any, graph_module: Any) -> Any:
@@ -77,7 +78,10 @@ class EmitSpeedups:
         try:
             yield self
         finally:
-            del LegalizePortableDimOrderPass.__call__  # inherited from PassBase
+            if own_legalize is None:
+                del LegalizePortableDimOrderPass.__call__  # inherited from PassBase again
+            else:
+                LegalizePortableDimOrderPass.__call__ = own_legalize
             SpecPropPass.__call__ = raw_spec_prop
 
 
