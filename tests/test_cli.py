@@ -332,7 +332,8 @@ class CorruptRun:
 
 @pytest.fixture(scope="module")
 def after_corruption(parallel: Run, basic: Path, basic_cache: Path) -> CorruptRun:
-    entry = blob_files(basic_cache)[0]
+    # A preprocess blob (memo entries, `<key>.<kind>`, are not what a partition's hit reads).
+    entry = next(p for p in blob_files(basic_cache) if "." not in p.name)
     data = bytearray(entry.read_bytes())
     data[-1] ^= 0xFF  # the payload's last byte: the header's digest no longer matches
     entry.write_bytes(bytes(data))
