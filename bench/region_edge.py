@@ -201,12 +201,22 @@ def _requires_grad(value: Any) -> bool:
     return False
 
 
-def _with_grad(value: Any) -> None:
-    if isinstance(value, torch.Tensor) and value.dtype.is_floating_point:
-        value.requires_grad_(True)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _with_grad(item)
+def _lacks_grad(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.dtype.is_floating_point and not value.requires_grad
+    if isinstance(value, (list, tuple)):
+        return any(_lacks_grad(v) for v in value)
+    return False
+
+
+def _copy_grad(source: Any, value: Any) -> None:
+    if isinstance(value, torch.Tensor) and isinstance(source, torch.Tensor):
+        value.requires_grad_(source.requires_grad)
+    elif isinstance(value, (list, tuple)) and isinstance(source, (list, tuple)):
+        for item, made in zip(source, value, strict=True):
+            _copy_grad(item, made)
+    else:
+        raise NotLocal(f"a result of {type(source).__name__} for a {type(value).__name__}")
 
 
 def _frozen(value: Any) -> Any:
@@ -306,12 +316,20 @@ class Copy:
     region: Region
     env: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        theirs = self.template.region.nodes
+        self.places = {node.name: i for i, node in enumerate(theirs)}
+        # Per per-layer field: the template's value -> the values this region holds there.
+        self.values: dict[str, dict[Any, list[Any]]] = {}
+        for key in _PER_LAYER_META:
+            found = self.values[key] = {}
+            for mine, their in zip(self.region.nodes, theirs, strict=True):
+                found.setdefault(_frozen(their.meta.get(key)), []).append(mine.meta.get(key))
+
     def own(self, root: str) -> torch.fx.Node | None:
         """This region's aten node at the place of the template's node `root`."""
-        for i, node in enumerate(self.template.region.nodes):
-            if node.name == root:
-                return self.region.nodes[i]
-        return None
+        place = self.places.get(root)
+        return None if place is None else self.region.nodes[place]
 
 
 class Assembly:
@@ -403,14 +421,25 @@ class Assembly:
         )
         root = root_name(node)
         new.meta = self.meta_for(copy_, node)
-        # A template's activation inputs come in without grad; in the whole program they carry
-        # it from the parameters upstream, and a floating result of theirs carries it too.
-        grads = any(_requires_grad(arg.meta.get("val")) for arg in new.all_input_nodes)
-        if grads:
-            _with_grad(new.meta.get("val"))
+        self.grads(new)
         self.handle_key[new] = (id(copy_), root)
         copy_.env[node] = new
         return new
+
+    def grads(self, new: torch.fx.Node) -> None:
+        """A template's activation inputs come in without grad; in the whole program they carry
+        it from the parameters upstream. Where an input carries it and the template's value
+        does not, the op is run on the fake values to learn whether its result carries it (a
+        result never loses grad by more inputs carrying it, so nothing else can change)."""
+        value = new.meta.get("val")
+        if not any(_requires_grad(a.meta.get("val")) for a in new.all_input_nodes):
+            return
+        if not _lacks_grad(value):
+            return
+        args, kwargs = torch.fx.map_arg((new.args, new.kwargs), lambda a: a.meta["val"])
+        with self.fake_mode:
+            result = new.target(*args, **kwargs)
+        _copy_grad(result, value)
 
     def placeholder_for(self, copy_: Copy, node: torch.fx.Node) -> torch.fx.Node:
         if node.op == "get_attr":
@@ -455,10 +484,7 @@ class Assembly:
         for key in _PER_LAYER_META:
             if key not in meta:
                 continue
-            pairs = zip(copy_.template.region.nodes, copy_.region.nodes, strict=True)
-            own = [
-                mine.meta.get(key) for theirs, mine in pairs if theirs.meta.get(key) == meta[key]
-            ]
+            own = copy_.values[key].get(_frozen(meta[key]), [])
             if len({_frozen(value) for value in own}) != 1:
                 raise NotLocal(f"{node.name}'s {key} maps to {len(own)} values")
             meta[key] = own[0]

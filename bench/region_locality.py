@@ -105,10 +105,10 @@ def apply_edit(model: nn.Module, edit: str) -> None:
 
 
 class Refused(nn.Module):
-    """An activation with an op XNNPACK does not delegate (aten.erfinv): the layer splits."""
+    """An activation with an op XNNPACK does not delegate (aten.cumsum): the layer splits."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.special.erfinv(torch.tanh(x) * 0.5)
+        return torch.cumsum(torch.nn.functional.silu(x), dim=-1)
 
 
 # -- comparison ----------------------------------------------------------------------------------
