@@ -23,7 +23,14 @@ How a program is assembled:
   template name's base, as the stock retrace made them; constants the edge passes lift are
   renumbered `_lifted_tensor_constant<buffers + i>` in order of first use; unused parameters are
   dropped; debug handles are numbered as DebugHandleGeneratorPass numbers them (first
-  appearance of a node's first ancestor).
+  appearance of a node's first ancestor); placeholders take the template placeholder's metadata;
+  a value's requires_grad is the template's, or, where an input carries grad and the template's
+  value does not (its activation inputs come in without grad), what the op gives on fake values.
+
+Anything it cannot copy (a layer split in two runs, a template node with no ancestor in its
+region, a per-layer field with two values at one place) falls back to the stock function.
+These rules were found by diffs on transformers' Llama, not derived from every pass's code: see
+bench/README.md for what a product version would still have to gate and argue.
 """
 
 from __future__ import annotations
