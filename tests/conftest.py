@@ -14,7 +14,14 @@ import pytest
 
 from lowerd.daemon.runtime import process_alive
 
-from helpers import PROJECTS, SharedBuild, build_basic, build_examples, made_once_per_run
+from helpers import (
+    PROJECTS,
+    SharedBuild,
+    build_basic,
+    build_examples,
+    made_once_per_run,
+    run_folder,
+)
 from stock import forget_project_modules, importable_copy, share_stock_ptes
 
 
@@ -22,7 +29,7 @@ from stock import forget_project_modules, importable_copy, share_stock_ptes
 def stock_ptes_shared_by_workers(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Under pytest-xdist, a stock .pte one worker lowered serves the others (stock.py)."""
     if "PYTEST_XDIST_WORKER" in os.environ:
-        share_stock_ptes(tmp_path_factory.getbasetemp().parent / "stock-ptes")
+        share_stock_ptes(run_folder(tmp_path_factory) / "stock-ptes")
 
 
 @pytest.fixture

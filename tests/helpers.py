@@ -215,7 +215,7 @@ def made_once_per_run(factory: pytest.TempPathFactory, name: str, make: Callable
     wrote in the folder, which every user only reads."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         return make(factory.mktemp(name))
-    common = factory.getbasetemp().parent / name
+    common = run_folder(factory) / name
     with open(f"{common}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         made = common / "made.pickle"
@@ -227,6 +227,14 @@ def made_once_per_run(factory: pytest.TempPathFactory, name: str, make: Callable
         value = make(common)
         made.write_bytes(pickle.dumps(value))
         return value
+
+
+def run_folder(factory: pytest.TempPathFactory) -> Path:
+    """Under pytest-xdist, a folder of this run that every worker sees: the workers' temporary
+    folders' parent, named by the run's id (a --basetemp given again keeps the last run's)."""
+    folder = factory.getbasetemp().parent / f"run-{os.environ['PYTEST_XDIST_TESTRUNUID']}"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 def build_examples(folder: Path) -> SharedBuild:
