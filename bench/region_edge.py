@@ -240,14 +240,15 @@ def _attr(module: Any, target: str) -> Any:
     return module
 
 
-def stock_edge(program: Any, config: Any = None) -> Any:
+def stock_edge(program: Any, config: Any = None, partitioners: Any = None) -> Any:
+    """The stock function on one program, with the given partitioners (default: XNNPACK's)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig
     from executorch.exir.program import _program
 
     stock = _program.__dict__.get("_stock_gen", _program._gen_edge_manager_for_partitioners)
     return stock(
-        {"forward": [XnnpackPartitioner()]},
+        {"forward": partitioners if partitioners is not None else [XnnpackPartitioner()]},
         {"forward": program},
         config or EdgeCompileConfig(),
         None,
@@ -289,7 +290,7 @@ class Template:
 
 
 def templates_for(
-    program: Any, found: list[Region], config: Any
+    program: Any, found: list[Region], config: Any, partitioners: list[Any]
 ) -> tuple[dict[Any, Template], list[Any]]:
     """One edge generation per distinct region structure (the rest is its own)."""
     by_structure: dict[Any, Template] = {}
@@ -301,7 +302,7 @@ def templates_for(
             started = time.process_time()
             own = copy.copy(config)
             own._core_aten_ops_exception_list = list(config._core_aten_ops_exception_list)
-            manager = stock_edge(cut(program, region), own)
+            manager = stock_edge(cut(program, region), own, partitioners)
             by_structure[key] = Template(
                 region,
                 manager.exported_program("forward"),
@@ -616,7 +617,7 @@ def regional_edge_manager(
     if found is None or len(found) < 3:
         LAST.fallback = "no repeated contiguous layers"
         return stock(partitioner, aten_programs, config, constant_methods, generate_etrecord)
-    templates, keys = templates_for(program, found, config)
+    templates, keys = templates_for(program, found, config, partitioner.get("forward", []))
     LAST.regions, LAST.templates = len(found), len(templates)
     LAST.template_seconds = sum(t.seconds for t in templates.values())
     asm = Assembly(program)

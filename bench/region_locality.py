@@ -182,10 +182,11 @@ def scenario(args: argparse.Namespace, edit: str) -> dict[str, Any]:
     stock = stock_edge(program).exported_program("forward")
     row["stock edge s"] = time.process_time() - started
     started = time.process_time()
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig
 
     mine = regional_edge_manager(
-        {"forward": []}, {"forward": program}, EdgeCompileConfig(), None
+        {"forward": [XnnpackPartitioner()]}, {"forward": program}, EdgeCompileConfig(), None
     ).exported_program("forward")
     row["regional edge s"] = time.process_time() - started
     run = region_edge.LAST
