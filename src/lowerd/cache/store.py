@@ -161,6 +161,16 @@ class BlobStore:
             return False
         return True
 
+    # This machine's copy alone, never a remote tier's (cache/tiered.py overrides get and put):
+    # for memos of what the installed torch and ExecuTorch compute by themselves, keyed by their
+    # versions, not by any content a reader could check. A team cache would serve them at a
+    # round trip's cost and could decide them for every reader; each machine makes them once.
+    def get_here(self, key: str, kind: str = DEFAULT_KIND) -> bytes | None:
+        return BlobStore.get(self, key, kind)
+
+    def put_here(self, key: str, payload: bytes, kind: str = DEFAULT_KIND) -> bool:
+        return BlobStore.put(self, key, payload, kind)
+
     def _not_stored(self, path: Path, error: OSError) -> None:
         self._note("write", path, error)
         self._count_unstored(error)

@@ -259,9 +259,10 @@ def _pattern_targets(
     """Each pattern's call targets by name. XNNPACK makes its pattern graphs by exporting small
     modules (bilinear upsampling and SDPA: about 4 s of CPU, once per process, in each build's
     first preprocess); their targets are a function of the torch and ExecuTorch code alone, so
-    they are kept in the store, keyed by those versions, as lists of names."""
+    they are kept in this machine's store (never a team cache's: nothing but the versions
+    checks them), keyed by those versions, as lists of names."""
     key = _patterns_key(kind)
-    stored = store.get(key, PATTERNS_MEMO_KIND) if store is not None else None
+    stored = store.get_here(key, PATTERNS_MEMO_KIND) if store is not None else None
     kept = decode_plain(stored) if stored is not None else None
     if _names_lists(kept):
         return [frozenset(targets) for targets in kept]
@@ -271,7 +272,7 @@ def _pattern_targets(
     ]
     payload = encode_plain(names)
     if store is not None and payload is not None:
-        store.put(key, payload, PATTERNS_MEMO_KIND)
+        store.put_here(key, payload, PATTERNS_MEMO_KIND)
     return [frozenset(targets) for targets in names]
 
 
