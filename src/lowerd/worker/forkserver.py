@@ -184,6 +184,10 @@ def _serve(channel: socket.socket) -> None:
         except (ProtocolError, ValueError):  # no daemon sends it: nothing to answer
             request = None
         if isinstance(request, WorkerJob) and fds:
+            # A preload the last build asked for, still waiting because this job came as soon
+            # as that build was answered: this build starts warm, as a later one would.
+            while preloads and not running:
+                _send(channel, _import_libraries(list(preloads.pop(0).modules)))
             pid = fork_worker(request, fds[0], inherited=channel)
             running[pid] = request.id
             _send(channel, StartedMessage(request.id, pid))
