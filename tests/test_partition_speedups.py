@@ -12,6 +12,7 @@ import pytest
 
 from lowerd.lowering import partition_speedups
 from lowerd.lowering.emit_speedups import EmitSpeedups
+from lowerd.lowering.merge_checks import MergeChecks
 from lowerd.lowering.partition_speedups import PartitionSpeedups
 
 from stock import PROJECTS, call_entry, sha256
@@ -92,15 +93,18 @@ def test_a_llama_partitioned_with_the_shortcuts_is_stock_s_bytes(
 
     monkeypatch.setattr(graph_legalize, "legalize_in_place", in_place_recorded)
     executorch_s = GroupBasedPartitioner._can_merge_partitions
-    ours = partition_speedups._can_merge_partitions
+    ours = MergeChecks.can_merge
     answers: list[tuple[bool, bool]] = []
+    viewers_exact: set[bool] = set()
 
-    def both(partitioner: Any, p1: Any, p2: Any, partitions_by_id: Any) -> bool:
-        answer = ours(partitioner, p1, p2, partitions_by_id)
-        answers.append((answer, executorch_s(partitioner, p1, p2, partitions_by_id)))
+    def both(checks: MergeChecks, p1: Any, p2: Any) -> bool:
+        answer = ours(checks, p1, p2)
+        theirs = executorch_s(checks.partitioner, p1, p2, checks.partitions_by_id)
+        answers.append((answer, theirs))
+        viewers_exact.add(checks.viewer_exact)
         return answer
 
-    monkeypatch.setattr(partition_speedups, "_can_merge_partitions", both)
+    monkeypatch.setattr(MergeChecks, "can_merge", both)
     speedups, emission = PartitionSpeedups(), EmitSpeedups()
     with speedups.installed(), emission.installed():
         edge, buffer = lower_stock(call_entry(LLAMA, ENTRY), [XnnpackPartitioner()])
@@ -109,6 +113,7 @@ def test_a_llama_partitioned_with_the_shortcuts_is_stock_s_bytes(
     assert answers and all(mine == theirs for mine, theirs in answers)
     assert {mine for mine, _ in answers} == {True, False}  # both branches were asked
     assert speedups.merge_checks == len(answers)
+    assert viewers_exact == {True}  # validate_partition's search was answered by the viewer
     delegates = [n for n in edge.exported_program().graph.nodes if n.op == "get_attr"]
     assert speedups.recompiles_held == len(delegates) > 1
     assert speedups.legalized_in_place == len(delegates)
@@ -116,6 +121,51 @@ def test_a_llama_partitioned_with_the_shortcuts_is_stock_s_bytes(
     assert emission.retraces_skipped == 1  # SpecPropPass's, after the dim order's plain retrace
     # ExecuTorch's functions are back once it is uninstalled.
     assert GroupBasedPartitioner._can_merge_partitions is executorch_s
+
+
+def test_merge_checks_search_the_graph_when_it_changed_after_the_viewer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A graph edited after the partitioner's dependency viewer was built: the viewer misses the
+    new edge, and the merge checks fall back to validate_partition's search, as ExecuTorch's
+    do: merging the two adds would make a cycle through the relu."""
+    import operator
+
+    import torch
+    from executorch.exir.backend.canonical_partitioners.group_partitioner import (
+        GroupBasedPartitioner,
+    )
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    class Adds(OperatorSupportBase):
+        def is_node_supported(self, submodules: Any, node: Any) -> bool:
+            return node.op == "call_function" and node.target is operator.add
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a = x + 1
+        r = torch.relu(a)
+        c = x + 2
+        return r, c
+
+    graph_module = torch.fx.symbolic_trace(f)
+    executorch_s = GroupBasedPartitioner._can_merge_partitions
+    answers: list[tuple[bool, bool, bool]] = []
+    ours = MergeChecks.can_merge
+
+    def both(checks: MergeChecks, p1: Any, p2: Any) -> bool:
+        answer = ours(checks, p1, p2)
+        theirs = executorch_s(checks.partitioner, p1, p2, checks.partitions_by_id)
+        answers.append((answer, theirs, checks.viewer_exact))
+        return answer
+
+    monkeypatch.setattr(MergeChecks, "can_merge", both)
+    with PartitionSpeedups().installed():
+        partitioner = GroupBasedPartitioner(graph_module, Adds(), allows_single_node_partition=True)
+        [_, _, relu, c, _] = graph_module.graph.nodes
+        c.args = (relu, 2)  # after the viewer: c now depends on the relu
+        partitions = partitioner.propose_partitions()
+    assert answers == [(False, False, False)]
+    assert sorted(len(p.nodes) for p in partitions) == [1, 1]
 
 
 def test_other_versions_run_executorch_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,17 @@ tests/test_partition_speedups.py compares the bytes with stock's.
    Python loop over O(nodes) per external user, per pair. The same question is
    `not downstreams.isdisjoint(combined)`, one set operation in C. The pair's nodes, their
    external users, the order of the checks and the `validate_partition` that follows are
-   ExecuTorch's; only how that one boolean is computed differs.
+   ExecuTorch's; only how that one boolean is computed differs. The pairs are all pairs of
+   proposed partitions (their count grows with the square of the model's depth), so the rest of
+   the check is made cheap too: each partition's node set and external users are computed once
+   per size it has during the merge (merges only grow a partition), the pair's external users
+   are those of either partition not in the other (ExecuTorch's "users of the combined nodes
+   outside them"), and `validate_partition`'s breadth-first search, which asks "does a path
+   leaving the pair come back into it?", is not run where the downstream sets already answered
+   that: when the graph has the structure (each node's users) the partitioner's dependency
+   viewer was built from, in topological order, the viewer's downstream set of a node is every
+   node reachable from it, so "no external user has a pair node downstream" is the BFS's "no
+   cycle". Where the structure changed or is not in order, the BFS runs as in ExecuTorch.
 
 2. One recompile of the graph after cutting the partitions out, not one per partition.
    `create_submodule_from_nodes` ends each cut with torch's `legalize_graph`, which copies the
@@ -36,12 +46,15 @@ All are active only with the torch and ExecuTorch versions this argument was che
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from lowerd.lowering.edge_speedups import validated_versions
+
+_MERGE_NAMES = ("__init__", "_merge_partitions", "_can_merge_partitions")
 
 
 @dataclass
@@ -65,18 +78,40 @@ class PartitionSpeedups:
             GroupBasedPartitioner,
         )
 
-        raw = GroupBasedPartitioner.__dict__["_can_merge_partitions"]
+        from lowerd.lowering.merge_checks import MergeChecks, graph_structure
+
+        owner = GroupBasedPartitioner
+        raw = {name: owner.__dict__[name] for name in _MERGE_NAMES}
+        viewed: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
+        merging: list[MergeChecks] = []  # the merge running (one per partitioner call)
+
+        def init(partitioner: Any, graph_module: Any, *args: Any, **kwargs: Any) -> None:
+            raw["__init__"](partitioner, graph_module, *args, **kwargs)
+            viewed[partitioner] = graph_structure(graph_module.graph)  # the viewer's graph
+
+        def merge(partitioner: Any, partitions_by_id: Any, *args: Any, **kwargs: Any) -> None:
+            checks = MergeChecks(partitioner, partitions_by_id, viewed.get(partitioner))
+            merging.append(checks)
+            try:
+                raw["_merge_partitions"](partitioner, partitions_by_id, *args, **kwargs)
+            finally:
+                merging.pop()
 
         def can_merge(partitioner: Any, p1: Any, p2: Any, partitions_by_id: Any) -> bool:
             self.merge_checks += 1
+            if merging and merging[-1].serves(partitioner, partitions_by_id):
+                return merging[-1].can_merge(p1, p2)
             return _can_merge_partitions(partitioner, p1, p2, partitions_by_id)
 
         # Swapped for this lowering only and restored below, as mock.patch would.
-        GroupBasedPartitioner._can_merge_partitions = can_merge
+        owner.__init__ = init
+        owner._merge_partitions = merge
+        owner._can_merge_partitions = can_merge
         try:
             yield
         finally:
-            GroupBasedPartitioner._can_merge_partitions = raw
+            for name, function in raw.items():
+                setattr(owner, name, function)
 
     @contextmanager
     def _one_recompile(self) -> Iterator[None]:
