@@ -61,6 +61,8 @@ class PreprocessCache:
     # Repeated layers: misses that differ from an earlier one only in their weights.
     sharing: SharedPasses = field(default_factory=SharedPasses)
     _inside_multimethod: bool = False
+    _digests: dict[int, tuple[bytes, str]] = field(default_factory=dict)
+    _by_digest: dict[str, PreprocessRecord] = field(default_factory=dict)
 
     @property
     def hits(self) -> int:
@@ -79,8 +81,21 @@ class PreprocessCache:
         return sum(len(r.blob_digests) for r in self.records if r.outcome in outcomes)
 
     def outcome_of_blob(self, processed_bytes: bytes) -> PreprocessRecord | None:
-        digest = _blob_digest(processed_bytes)
-        return next((r for r in self.records if digest in r.blob_digests), None)
+        """The first call that produced this blob, or None."""
+        return self._by_digest.get(self._digest(processed_bytes))
+
+    def _digest(self, blob: bytes) -> str:
+        """The blob's sha256, computed once per blob object: the report and the build record
+        ask again of each lowered module's processed_bytes, the very object its call returned
+        (a .pte's delegate blobs hold its weights: hundreds of MB on an LLM). The entry keeps
+        the blob, so its id cannot be another object's while the entry lives."""
+        known = self._digests.get(id(blob))
+        if known is not None and known[0] is blob:
+            return known[1]
+        digest = _blob_digest(blob)
+        if type(blob) is bytes:  # immutable: a bytearray could change under its digest
+            self._digests[id(blob)] = (blob, digest)
+        return digest
 
     @contextmanager
     def installed(self) -> Iterator[PreprocessCache]:
@@ -249,13 +264,15 @@ class PreprocessCache:
             key=key,
             outcome=outcome,
             seconds=time.perf_counter() - started[0],
-            blob_digests=[_blob_digest(r.processed_bytes) for r in results],
+            blob_digests=[self._digest(r.processed_bytes) for r in results],
             note=note,
             key_summary=summary,
             shared=shared,
             cpu_seconds=time.process_time() - started[1],
         )
         self.records.append(record)
+        for digest in record.blob_digests:
+            self._by_digest.setdefault(digest, record)
         if self.on_preprocess:
             self.on_preprocess(record)
 
