@@ -79,6 +79,7 @@ EDIT_GOAL = 0.2  # one-layer edit at the deepest L / stock work on the edited mo
 PER_LAYER_GOAL = 1.0  # seconds an edit costs per added layer
 COMMENT_GOAL = 2.0  # seconds, at the deepest L
 COLD_GOAL = 0.6  # cold in-process / stock work
+RSS_GOAL = 1.0  # peak RSS of lowerd's cold and edit builds / stock's
 
 
 def edited(text: str, line: str) -> str:
@@ -119,7 +120,24 @@ def client_worker(spec: dict[str, Any]) -> dict[str, Any]:
         raise SystemExit(f"bench: the daemon did not build: {final}")
     [found] = final.document["targets"]
     timing = {"seconds": answered - asked, "setup": asked - started, "stages": clock.seconds}
+    timing["peak_rss"] = recorded_peak_rss(config, spec["target"])
     return {"client": timing, "target": found}
+
+
+def recorded_peak_rss(config: Any, target: str) -> int | None:
+    """The peak RSS the build's worker (a fork of the daemon's fork server, one per build) kept
+    in the target's record: its ru_maxrss, the fork server's pages it started with included.
+    The worker writes it just before its result; the daemon may answer on the built event
+    before that, so the record is read again until it has one (a bench, not a test)."""
+    from lowerd.project.build_state import load_state
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        state = load_state(config, config.targets[target])
+        if state is not None and state.peak_rss:
+            return int(state.peak_rss)
+        time.sleep(0.1)
+    return None
 
 
 # The bench ----------------------------------------------------------------------------------
@@ -208,6 +226,7 @@ class Depth:
             "misses": found["cache"]["misses"],
             "partitions": len(forward["partitions"]),
             "reused": found.get("reused"),
+            "peak_rss": found["client"]["peak_rss"],  # the daemon's worker for this build
         }
 
 
@@ -350,10 +369,73 @@ def growth(results: dict[int, dict[str, dict[str, Any]]], run: str) -> list[floa
     ]
 
 
+def summary(results: dict[int, dict[str, dict[str, Any]]]) -> dict[int, dict[str, Any]]:
+    """Per depth, the numbers the issue's goals name: cold / stock work, edit / stock work (on
+    the edited model), the edit's seconds per layer added since the previous depth, the
+    comment-only seconds, and each run's peak RSS (bytes; each its own process) with lowerd's
+    over stock's: cold over stock, the edit (in-process, a fresh process like stock's) over the
+    edited stock. A ratio is None where its runs are missing (--chain)."""
+    found: dict[int, dict[str, Any]] = {}
+    previous: int | None = None
+    for layers in sorted(results):
+        runs = results[layers]
+        rss = {name: run.get("peak_rss") for name, run in runs.items()}
+        row: dict[str, Any] = {"peak_rss": rss}
+        row["cold_per_stock"] = per(runs, "cold", "stock", "seconds")
+        row["edit_per_stock"] = per(runs, "edit", "stock, edited", "seconds")
+        row["comment_seconds"] = runs["comment"]["seconds"] if "comment" in runs else None
+        row["edit_seconds_per_layer"] = None
+        if previous is not None and "edit" in runs:
+            added = runs["edit"]["seconds"] - results[previous]["edit"]["seconds"]
+            row["edit_seconds_per_layer"] = added / (layers - previous)
+        row["rss_cold_per_stock"] = per(runs, "cold", "stock", "peak_rss")
+        row["rss_edit_per_stock"] = per(runs, "edit, in-process", "stock, edited", "peak_rss")
+        row["rss_shortcuts_per_stock"] = per(runs, "stock, shortcuts", "stock", "peak_rss")
+        found[layers], previous = row, layers
+    return found
+
+
+def per(runs: dict[str, dict[str, Any]], run: str, baseline: str, key: str) -> float | None:
+    top, bottom = runs.get(run, {}).get(key), runs.get(baseline, {}).get(key)
+    return top / bottom if top and bottom else None
+
+
+def goal_table(results: dict[int, dict[str, dict[str, Any]]]) -> str:
+    """The summary per depth: the goals' ratios and every run's peak RSS (MB)."""
+    rows_of = summary(results)
+    names = list(dict.fromkeys(name for runs in results.values() for name in runs))
+    titles = ["L", "cold/stock", "edit/stock", "edit s/added layer", "comment s"]
+    titles += [f"RSS {name} MB" for name in names]
+    titles += ["RSS cold/stock", "RSS edit/stock"]
+    rows = []
+    for layers, row in rows_of.items():
+        rss = row["peak_rss"]
+        cells = [str(layers), times(row["cold_per_stock"]), times(row["edit_per_stock"])]
+        cells += [number(row["edit_seconds_per_layer"]), number(row["comment_seconds"])]
+        cells += [number(rss[n] / 1e6 if rss.get(n) else None, "{:.0f}") for n in names]
+        cells += [times(row["rss_cold_per_stock"]), times(row["rss_edit_per_stock"])]
+        rows.append(cells)
+    return render(titles, rows)
+
+
+def times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def number(value: float | None, form: str = "{:.2f}") -> str:
+    return "-" if value is None else form.format(value)
+
+
 def goals(results: dict[int, dict[str, dict[str, Any]]]) -> list[str]:
     deepest = results[max(results)]
     edit = deepest["edit"]["seconds"] / deepest["stock, edited"]["seconds"]
     cold = max(runs["cold"]["seconds"] / runs["stock"]["seconds"] for runs in results.values())
+    rss = [
+        ratio
+        for row in summary(results).values()
+        for ratio in (row["rss_cold_per_stock"], row["rss_edit_per_stock"])
+        if ratio is not None
+    ]
     per_layer = growth(results, "edit")
     found = [
         (
@@ -375,9 +457,21 @@ def goals(results: dict[int, dict[str, dict[str, Any]]]) -> list[str]:
             f"cold in-process: at most {cold:.2f}x stock work (goal <= {COLD_GOAL}x)",
             cold <= COLD_GOAL,
         ),
+        (
+            f"peak RSS, cold and edit in-process: at most {max(rss, default=0):.2f}x stock's "
+            f"(goal <= {RSS_GOAL}x)",
+            bool(rss) and max(rss) <= RSS_GOAL,
+        ),
         ("every lowerd .pte equals stock's, in every cell", all_same(results)),
     ]
     return verdicts(found)
+
+
+def json_document(results: dict[int, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Every run's numbers under its depth, and the goals' ratios under "summary"."""
+    document: dict[str, Any] = {str(layers): runs for layers, runs in results.items()}
+    document["summary"] = {str(layers): row for layers, row in summary(results).items()}
+    return document
 
 
 def all_same(results: dict[int, dict[str, dict[str, Any]]]) -> bool:
@@ -400,6 +494,8 @@ def print_report(bench: Bench, revision: str) -> None:
         for run in ("stock", "cold", "edit"):
             per_layer = ", ".join(f"{s:.2f}" for s in growth(bench.results, run))
             print(f"  {run}: seconds per added layer between depths: {per_layer}")
+    print("\ngoals' ratios per depth, peak RSS of each run's process (--json: summary):")
+    print(goal_table(bench.results))
     print("\nper sub-stage of ExecuTorch's lowering, CPU seconds (wall in --json):")
     print(substage_table(bench.results))
     if not args.chain:
@@ -462,7 +558,7 @@ def main(argv: list[str]) -> int:
         bench.run()
         print_report(bench, revision)
         if args.json:
-            write_json(args.json, {str(layers): runs for layers, runs in bench.results.items()})
+            write_json(args.json, json_document(bench.results))
         return 0 if all_same(bench.results) else 1
 
 

@@ -338,6 +338,17 @@ def call_entry(project: Path, entry: str) -> Any:
         return getattr(importlib.import_module(module), function)()
 
 
+def peak_rss() -> dict[str, int]:
+    """This process's peak resident set (ru_maxrss, bytes: Linux counts KiB), and the largest
+    of its waited-for children's (0 without any): a worker's own number, since each is a fresh
+    process."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"peak_rss": own * 1024, "peak_rss_children": children * 1024}
+
+
 def stock_lower(returned: Any, clock: StageClock | None = None) -> tuple[Any, bytes]:
     """testkit's stock ExecuTorch chain with XnnpackPartitioner on what an entry returned, its
     stages marked on the clock: the edge program and the .pte's bytes."""
@@ -388,6 +399,7 @@ def stock_worker(spec: dict[str, Any]) -> dict[str, Any]:
         "substages": substages.as_json() if substages else None,
         "sha256": hashlib.sha256(buffer).hexdigest(),
         "partitions": len(lowered),
+        **peak_rss(),
     }
     if spec.get("shortcuts"):
         import lowerd
@@ -489,6 +501,7 @@ def lowerd_worker(spec: dict[str, Any]) -> dict[str, Any]:
         # Why lowerd skipped lowering, when it did (e.g. "same-program": the last build's .pte)
         "reused": result.reused,
         "lowerd_source": str(Path(lowerd.__file__).parent),
+        **peak_rss(),
     }
 
 
