@@ -451,7 +451,9 @@ def lowerd_worker(spec: dict[str, Any]) -> dict[str, Any]:
     redis tier behind it, uploads waited for inside build_target). `seconds` is the work
     after imports, or with spec["seconds"] == "lowerd" lowerd's own TargetResult.seconds."""
     started = time.perf_counter()
-    import_stock()  # what stock imports before its clock starts
+    # What stock imports before its clock starts, the model's libraries included when the spec
+    # names them (as stock_worker's spec does: a warm session has them)
+    import_stock(spec.get("libraries", ()))
     import lowerd
     import lowerd.lowering.preprocess_cache  # noqa: F401 - build_target imports these lazily
     import lowerd.lowering.reasons  # noqa: F401
