@@ -12,7 +12,7 @@ partition_speedups.py).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,7 @@ from lowerd.project.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
     from lowerd.lowering.edge_speedups import EdgeSpeedups
+    from lowerd.lowering.region_edge import RegionalEdge
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class PartitionerRoute:
         progress: LoweringProgress,
     ) -> Lowering:
         from lowerd.lowering.edge_speedups import EdgeSpeedups
+        from lowerd.lowering.region_edge import RegionalEdge
 
         speedups = EdgeSpeedups(ctx.store)
         with speedups.op_table_served():  # ExecuTorch's first import in a process parses it
@@ -71,8 +73,12 @@ class PartitionerRoute:
         reasons = PartitionReasons()
         partitioners = self._observed(ctx, reasons, list(exported.programs), progress)
 
+        # Transform passes may read any node field, some of which a regional program only
+        # makes equivalent (lowering/region_edge.py): with them, edge generation is stock's.
+        regional = RegionalEdge() if self.transform_passes is None else None
+
         def lowering() -> EdgeProgram:
-            with edge_speedups(speedups):
+            with edge_speedups(speedups, regional):
                 edge = to_edge_transform_and_lower(
                     dict(exported.programs),
                     transform_passes=self.transform_passes,
@@ -102,8 +108,10 @@ class PartitionerRoute:
 
 
 @contextmanager
-def edge_speedups(speedups: EdgeSpeedups) -> Iterator[None]:
-    """What gives the same edge program faster, installed while ExecuTorch lowers."""
+def edge_speedups(speedups: EdgeSpeedups, regional: RegionalEdge | None = None) -> Iterator[None]:
+    """What gives the same edge program faster, installed while ExecuTorch lowers; with
+    `regional`, edge generation by region (inside the replay skipping, which then applies to each
+    region's own run)."""
     from lowerd.lowering.partition_speedups import PartitionSpeedups
     from lowerd.lowering.vulkan_patterns import pattern_graphs_made_once
     from lowerd.lowering.xnnpack_passes import XnnpackPassSkips
@@ -113,6 +121,7 @@ def edge_speedups(speedups: EdgeSpeedups) -> Iterator[None]:
         XnnpackPassSkips(speedups.store).installed(),
         PartitionSpeedups().installed(),
         pattern_graphs_made_once(),
+        regional.installed() if regional is not None else nullcontext(),
     ):
         yield
 

@@ -1,0 +1,376 @@
+"""The whole edge program assembled from its regions' templates (lowering/region_edge.py).
+
+Each region's edge nodes are its template's (the edge program ExecuTorch made of one region of the
+same structure, cut out alone: region_cut.py), emitted in the whole program's order with the
+region's own inputs and per-node metadata. region_edge.py's docstring says why each field equals
+what ExecuTorch's whole-program run makes; anything this assembly cannot copy raises NotLocal, and
+the caller runs ExecuTorch's own function instead.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from lowerd.lowering.region_cut import Region, attr, layer_path, weight_specs
+
+_SUFFIX = re.compile(r"_\d+$")
+# Per-node metadata ExecuTorch copies from the aten node an edge node descends from, and which
+# differs between layers: a copy takes its own layer's value.
+PER_LAYER_META = ("nn_module_stack", "stack_trace", "torch_fn")
+# The pass name a copied node's provenance carries (from_node): it descends from its own layer's
+# aten node, as the template's node descends from the template region's.
+PROVENANCE = "lowerd regional edge generation"
+
+
+class NotLocal(Exception):
+    """The program is not one this assembly can copy exactly."""
+
+
+@dataclass
+class Template:
+    """One region's edge program, generated alone."""
+
+    region: Region
+    edge: Any  # the region's edge ExportedProgram
+    cut_graph: int  # id() of the cut program's graph: the provenance link to the region's nodes
+    preserved: list[Any]  # ops the partitioners kept from decomposition
+
+
+def region_root(node: torch.fx.Node, graph_id: int) -> str | None:
+    """The name of the cut region's node `node` descends from (its from_node chain's link in the
+    cut graph, followed as DebugHandleGeneratorPass follows it: by the last source)."""
+    sources = node.meta.get("from_node")
+    while sources:
+        source = sources[-1]
+        if source.graph_id == graph_id:
+            return str(source.name)
+        sources = source.from_node
+    return None
+
+
+@dataclass
+class Copy:
+    """One region's copy of its template."""
+
+    template: Template
+    region: Region
+    env: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
+    places: dict[str, int] = field(init=False)
+    # Per per-layer field: the template's value -> the values this region holds there.
+    values: dict[str, dict[Any, list[Any]]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        theirs = self.template.region.nodes
+        self.places = {node.name: i for i, node in enumerate(theirs)}
+        self.values = {}
+        for key in PER_LAYER_META:
+            found: dict[Any, list[Any]] = {}
+            for mine, their in zip(self.region.nodes, theirs, strict=True):
+                found.setdefault(_frozen(their.meta.get(key)), []).append(mine.meta.get(key))
+            self.values[key] = found
+
+    def own(self, node: torch.fx.Node) -> torch.fx.Node:
+        """This region's aten node at the place of the template's aten node the edge node
+        `node` descends from."""
+        root = region_root(node, self.template.cut_graph)
+        place = None if root is None else self.places.get(root)
+        if place is None:
+            raise NotLocal(f"{node.name} descends from no node of its region")
+        return self.region.nodes[place]
+
+    @property
+    def is_template(self) -> bool:
+        return self.region is self.template.region
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple((k, _frozen(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _requires_grad(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return bool(value.requires_grad)
+    if isinstance(value, (list, tuple)):
+        return any(_requires_grad(v) for v in value)
+    return False
+
+
+def _lacks_grad(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.dtype.is_floating_point and not value.requires_grad
+    if isinstance(value, (list, tuple)):
+        return any(_lacks_grad(v) for v in value)
+    return False
+
+
+def _copy_grad(source: Any, value: Any) -> None:
+    if isinstance(value, torch.Tensor) and isinstance(source, torch.Tensor):
+        value.requires_grad_(source.requires_grad)
+    elif isinstance(value, (list, tuple)) and isinstance(source, (list, tuple)):
+        for item, made in zip(source, value, strict=True):
+            _copy_grad(item, made)
+    else:
+        raise NotLocal(f"a result of {type(source).__name__} for a {type(value).__name__}")
+
+
+class Assembly:
+    """The whole edge graph built from the templates' edge graphs, in the whole program's order."""
+
+    def __init__(self, program: Any):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        self.program = program
+        self.fake_mode = FakeTensorMode()
+        self.graph = torch.fx.Graph()
+        self.owner = torch.nn.Module()
+        self.amap: dict[torch.fx.Node, torch.fx.Node] = {}  # whole aten node -> assembled node
+        self.placeholder_done: set[torch.fx.Node] = set()
+        self.lifted: list[tuple[torch.fx.Node, torch.Tensor]] = []
+        self.buffers = len(program.graph_signature.buffers)
+        self.weights = {name: spec.target for name, spec in weight_specs(program).items()}
+        self.first_user: torch.fx.Node | None = None
+        self.segment: dict[torch.fx.Node, int] = {}
+        self._placeholders_and_segments()
+
+    def _placeholders_and_segments(self) -> None:
+        """The program's placeholders, and each aten node's segment: the index of the run of
+        one region it is in (the rest is split around the layers)."""
+        users = set(self.program.graph_signature.user_inputs)
+        current: Any = object()
+        segments = -1
+        for node in self.program.graph.nodes:
+            if node.op == "placeholder":
+                new = self.graph.placeholder(node.name)
+                new.meta = dict(node.meta)
+                new.meta["val"] = self.fake(node.meta["val"])
+                self.amap[node] = new
+                if node.name in users and self.first_user is None:
+                    self.first_user = new
+            elif node.op == "call_function":
+                key = layer_path(node)
+                if key != current:
+                    current, segments = key, segments + 1
+                self.segment[node] = segments
+
+    def fake(self, value: Any) -> Any:
+        """The value remade in the assembly's one fake mode (ExportPass retraces refuse values
+        of several modes), with its shape, stride, dtype, device and requires_grad."""
+        if isinstance(value, torch.Tensor):
+            with self.fake_mode:
+                made = torch.empty_strided(
+                    value.shape, value.stride(), dtype=value.dtype, device=value.device
+                )
+            return made.requires_grad_(value.requires_grad)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.fake(v) for v in value)
+        return value
+
+    def build(self, copies: list[Copy]) -> None:
+        """Every copy's edge nodes, in the order stock makes them: by segment of the whole
+        program, then region, then the template's order."""
+        queue = []
+        for order, copy_ in enumerate(copies):
+            last = -1
+            outputs: dict[torch.fx.Node, list[int]] = {}
+            [out] = [n for n in copy_.template.edge.graph.nodes if n.op == "output"]
+            for j, produced in enumerate(out.args[0]):
+                if produced.op != "call_function":
+                    raise NotLocal(f"output {j} of {copy_.region.key} is an input")
+                outputs.setdefault(produced, []).append(j)
+            for step, node in enumerate(copy_.template.edge.graph.nodes):
+                if node.op != "call_function":
+                    continue
+                segment = self.segment[copy_.own(node)]
+                if segment < last:
+                    raise NotLocal(f"{copy_.region.key}'s edge nodes leave its order")
+                last = segment
+                queue.append((segment, order, step, copy_, node, outputs.get(node, [])))
+        queue.sort(key=lambda item: item[:3])
+        for _, _, _, copy_, node, produced in queue:
+            new = self.emit(copy_, node)
+            for j in produced:
+                self.amap[copy_.region.outputs[j]] = new
+
+    def emit(self, copy_: Copy, node: torch.fx.Node) -> torch.fx.Node:
+        def resolve(arg: torch.fx.Node) -> torch.fx.Node:
+            if arg not in copy_.env:
+                copy_.env[arg] = self.placeholder_for(copy_, arg)
+            return copy_.env[arg]
+
+        new = self.graph.create_node(
+            "call_function",
+            node.target,
+            torch.fx.map_arg(node.args, resolve),
+            torch.fx.map_arg(node.kwargs, resolve),
+            # fx numbers a name by its base: stock's run named the node from the same base.
+            name=_SUFFIX.sub("", node.name),
+        )
+        new.meta = self.meta_for(copy_, node)
+        if not copy_.is_template:
+            new.meta["from_node"] = [_source(copy_.own(node))]
+        self.grads(new)
+        copy_.env[node] = new
+        return new
+
+    def grads(self, new: torch.fx.Node) -> None:
+        """A template's activation inputs come in without grad; in the whole program they carry
+        it from the parameters upstream. Where an input carries it and the template's value
+        does not, the op is run on the fake values to learn whether its result carries it (a
+        result never loses grad by more inputs carrying it, so nothing else can change)."""
+        value = new.meta.get("val")
+        if not any(_requires_grad(a.meta.get("val")) for a in new.all_input_nodes):
+            return
+        if not _lacks_grad(value):
+            return
+        args, kwargs = torch.fx.map_arg((new.args, new.kwargs), lambda a: a.meta["val"])
+        with self.fake_mode:
+            result = new.target(*args, **kwargs)  # type: ignore[operator]
+        _copy_grad(result, value)
+
+    def placeholder_for(self, copy_: Copy, node: torch.fx.Node) -> torch.fx.Node:
+        """The assembled node a template's placeholder stands for in this region: the region's
+        parameter, buffer or input, or a constant the edge passes lifted."""
+        if node.op == "get_attr":
+            target = str(node.target)
+            setattr(self.owner, target, attr(copy_.template.edge.graph_module, target))
+            new = self.graph.get_attr(target)
+            new.meta = dict(node.meta)
+            return new
+        if node.op != "placeholder":
+            raise NotLocal(f"{node.name} used before it is made")
+        index = self._input_index(copy_, node)
+        if index is None:
+            return self.lift(copy_, node)
+        new = self.amap[copy_.region.inputs[index]]
+        if new.op == "placeholder" and new not in self.placeholder_done:
+            self.placeholder_done.add(new)
+            new.meta = self.meta_for(copy_, node)  # the edge placeholder's, as stock makes it
+        return new
+
+    def _input_index(self, copy_: Copy, node: torch.fx.Node) -> int | None:
+        """Which of the region's inputs a template placeholder is; None for a lifted constant."""
+        edge = copy_.template.edge.graph_signature
+        inputs = copy_.template.region.inputs
+        fqn = {**edge.inputs_to_parameters, **edge.inputs_to_buffers}.get(node.name)
+        if fqn is not None and fqn in self.weights.values():
+            [index] = [i for i, n in enumerate(inputs) if self.weights.get(n.name) == fqn]
+            return index
+        if node.name in edge.user_inputs:
+            users = [
+                i for i, n in enumerate(inputs) if n.op != "get_attr" and n.name not in self.weights
+            ]
+            return users[list(edge.user_inputs).index(node.name)]
+        return None
+
+    def meta_for(self, copy_: Copy, node: torch.fx.Node) -> dict[str, Any]:
+        """The template node's metadata with the region's own values: each per-layer field is
+        looked up among the template region's aten nodes and replaced by the value the region's
+        node at the same place holds (the same at every place that holds it, or no copy)."""
+        meta = dict(node.meta)
+        meta["val"] = self.fake(node.meta.get("val"))
+        meta.pop("debug_handle", None)
+        if copy_.is_template:
+            return meta
+        for key in PER_LAYER_META:
+            if key not in meta:
+                continue
+            own = copy_.values[key].get(_frozen(meta[key]), [])
+            if len({_frozen(value) for value in own}) != 1:
+                raise NotLocal(f"{node.name}'s {key} maps to {len(own)} values")
+            meta[key] = own[0]
+        return meta
+
+    def lift(self, copy_: Copy, node: torch.fx.Node) -> torch.fx.Node:
+        """A constant the edge passes lifted (ScalarToTensorPass), numbered as stock numbers it:
+        after the buffers and the constants lifted before it."""
+        edge = copy_.template.edge
+        target = edge.graph_signature.inputs_to_buffers.get(node.name)
+        if target is None or self.first_user is None:
+            raise NotLocal(f"{node.name} is neither an input nor a lifted constant")
+        tensor = edge.state_dict.get(target, edge.constants.get(target))
+        name = f"_lifted_tensor_constant{self.buffers + len(self.lifted)}"
+        with self.graph.inserting_before(self.first_user):
+            new = self.graph.placeholder(name)
+        new.meta = self.meta_for(copy_, node)
+        new.meta["val"] = self.fake_mode.from_tensor(tensor, static_shapes=True)
+        new.meta["val"].constant = tensor
+        self.lifted.append((new, tensor))
+        return new
+
+    def finish(self) -> torch.fx.GraphModule:
+        """The output, unused parameters dropped, and debug handles numbered by ExecuTorch's own
+        DebugHandleGeneratorPass (each node's greatest ancestor is its own region's aten node's,
+        as in stock's run)."""
+        from executorch.exir.passes.debug_handle_generator_pass import DebugHandleGeneratorPass
+
+        [out] = [n for n in self.program.graph.nodes if n.op == "output"]
+        new = self.graph.output(torch.fx.map_arg(out.args[0], self.amap.__getitem__))
+        new.meta = dict(out.meta)
+        values = [v.meta.get("val") for v in new.args[0]]
+        new.meta.update(val=tuple(values), tensor_meta=tuple(None for _ in values))
+        params = self.program.graph_signature.inputs_to_parameters
+        for node in list(self.graph.nodes):
+            if node.op == "placeholder" and not node.users and node.name in params:
+                self.graph.erase_node(node)
+        module = torch.fx.GraphModule(self.owner, self.graph)
+        DebugHandleGeneratorPass()(module)
+        return module
+
+
+def _source(node: torch.fx.Node) -> Any:
+    from torch.fx.traceback import NodeSource, NodeSourceAction
+
+    return NodeSource(node, PROVENANCE, NodeSourceAction.CREATE)
+
+
+def assembled_program(
+    program: Any, module: torch.fx.GraphModule, asm: Assembly, verifiers: list[Any]
+) -> Any:
+    """The ExportedProgram `_generate_edge_program` would make around the assembled graph."""
+    from torch.export import ExportedProgram
+    from torch.export.graph_signature import (
+        ExportGraphSignature,
+        InputKind,
+        InputSpec,
+        TensorArgument,
+    )
+
+    old = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
+    lifted = {node.name: tensor for node, tensor in asm.lifted}
+    specs = []
+    for node in module.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        if node.name in lifted:
+            specs.append(InputSpec(InputKind.BUFFER, TensorArgument(node.name), node.name, True))
+        else:
+            specs.append(copy.deepcopy(old[node.name]))
+    [out] = [n for n in module.graph.nodes if n.op == "output"]
+    outputs = []
+    for spec, value in zip(program.graph_signature.output_specs, out.args[0], strict=True):
+        spec = copy.deepcopy(spec)
+        spec.arg = TensorArgument(value.name)
+        outputs.append(spec)
+    used = {s.target for s in specs if s.kind in (InputKind.PARAMETER, InputKind.BUFFER)}
+    state = {k: v for k, v in program.state_dict.items() if k in used}
+    state.update(lifted)
+    return ExportedProgram(
+        root=module,
+        graph=module.graph,
+        graph_signature=ExportGraphSignature(specs, outputs),
+        state_dict=state,
+        range_constraints=program.range_constraints,
+        module_call_graph=copy.deepcopy(program.module_call_graph),
+        example_inputs=program.example_inputs,
+        constants=program.constants,
+        verifiers=verifiers,
+    )

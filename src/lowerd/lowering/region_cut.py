@@ -1,0 +1,185 @@
+"""A lifted program's regions, their structure, and one region cut out as its own program.
+
+The regions of regional edge generation (lowering/region_edge.py): each element of a ModuleList
+(`model.layers.3`) whose call_function nodes are contiguous is a layer; everything else
+(embeddings, rotary tables, masks, final norm, head) is the rest, one region that may lie on both
+sides of the layers. Two regions with the same `structure` get the same edge nodes from ExecuTorch's
+edge generation (region_edge.py argues why, for the validated versions), so one is generated alone,
+cut out with `cut`, and copied for the others.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+_INDEXED = re.compile(r"^(.*)\.(\d+)$")
+
+
+def layer_path(node: torch.fx.Node) -> str | None:
+    """The ModuleList element the node belongs to: the outermost path ending in `.<index>`."""
+    for path, _ in (node.meta.get("nn_module_stack") or {}).values():
+        if _INDEXED.match(path):
+            return str(path)
+    return None
+
+
+@dataclass
+class Region:
+    key: str | None  # the layer's path, None for the rest
+    nodes: list[torch.fx.Node]
+    inputs: list[torch.fx.Node] = field(default_factory=list)  # external, in first-use order
+    outputs: list[torch.fx.Node] = field(default_factory=list)  # used outside, in node order
+
+
+def regions(program: Any) -> list[Region] | None:
+    """The layers (contiguous runs of one ModuleList element) and the rest, or None if a layer
+    is not contiguous."""
+    found: dict[str | None, Region] = {}
+    previous: str | None = None
+    for node in program.graph.nodes:
+        if node.op != "call_function":
+            continue
+        key = layer_path(node)
+        if key is not None and key in found and previous != key:
+            return None
+        found.setdefault(key, Region(key, [])).nodes.append(node)
+        previous = key
+    for region in found.values():
+        inside = set(region.nodes)
+        for node in region.nodes:
+            for arg in node.all_input_nodes:
+                if arg not in inside and arg not in region.inputs:
+                    region.inputs.append(arg)
+            if any(user not in inside for user in node.users):
+                region.outputs.append(node)
+    return list(found.values())
+
+
+def weight_specs(program: Any) -> dict[str, Any]:
+    """The program's parameter, buffer and constant inputs by placeholder name."""
+    return {s.arg.name: s for s in program.graph_signature.input_specs if s.target is not None}
+
+
+def structure(program: Any, region: Region) -> tuple[Any, ...]:
+    """What makes two regions' edge generation the same: ops, argument structure and values,
+    value metadata, which nodes are used outside, and which inputs are parameters, buffers or
+    activations (with their values)."""
+    index = {node: i for i, node in enumerate(region.nodes)}
+    kinds = {name: spec.kind.name for name, spec in weight_specs(program).items()}
+    outputs = set(region.outputs)
+
+    def arg(value: Any) -> Any:
+        if isinstance(value, torch.fx.Node):
+            if value in index:
+                return ("node", index[value])
+            return (kinds.get(value.name, "input"), region.inputs.index(value))
+        if isinstance(value, (list, tuple)):
+            return tuple(arg(v) for v in value)
+        return repr(value)
+
+    return tuple(
+        (
+            str(node.target),
+            arg(node.args),
+            tuple(sorted((k, arg(v)) for k, v in node.kwargs.items())),
+            value_meta(node.meta.get("val")),
+            node in outputs,
+        )
+        for node in region.nodes
+    ) + (tuple(value_meta(i.meta.get("val")) for i in region.inputs),)
+
+
+def value_meta(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return (tuple(value.shape), value.dtype, tuple(value.stride()), value.requires_grad)
+    if isinstance(value, (list, tuple)):
+        return tuple(value_meta(v) for v in value)
+    return repr(value)
+
+
+def attr(module: Any, target: str) -> Any:
+    for part in target.split("."):
+        module = getattr(module, part)
+    return module
+
+
+@dataclass
+class _Cut:
+    """A cut program's pieces while it is made."""
+
+    graph: torch.fx.Graph = field(default_factory=torch.fx.Graph)
+    root: torch.nn.Module = field(default_factory=torch.nn.Module)
+    env: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
+    specs: list[Any] = field(default_factory=list)
+    users: list[Any] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
+    constants: dict[str, Any] = field(default_factory=dict)
+
+
+def cut(program: Any, region: Region) -> Any:
+    """The region's aten nodes as their own ExportedProgram: its parameters, buffers and
+    constants as they are in the program, its other inputs as user inputs, what is used outside
+    as outputs. Node names and metadata are the whole program's."""
+    from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+
+    weights = weight_specs(program)
+    made = _Cut()
+    ordered = [i for i in region.inputs if i.name in weights]
+    ordered += [i for i in region.inputs if i.name not in weights]
+    for node in [i for i in ordered if i.op == "get_attr"]:
+        setattr(made.root, str(node.target), attr(program.graph_module, str(node.target)))
+        made.env[node] = made.graph.get_attr(str(node.target))
+        made.env[node].meta = copy.copy(node.meta)
+    for node in [i for i in ordered if i.op != "get_attr"]:
+        made.env[node] = made.graph.placeholder(node.name)
+        made.env[node].meta = copy.copy(node.meta)
+        spec = weights.get(node.name)
+        if spec is None:
+            made.specs.append(InputSpec(InputKind.USER_INPUT, TensorArgument(node.name), None))
+            made.users.append(node.meta["val"])
+        elif spec.target in program.state_dict:
+            made.specs.append(copy.copy(spec))
+            made.state[spec.target] = program.state_dict[spec.target]
+        else:
+            made.specs.append(copy.copy(spec))
+            made.constants[spec.target] = program.constants[spec.target]
+    for node in region.nodes:
+        made.env[node] = made.graph.node_copy(node, made.env.__getitem__)
+    out = made.graph.output(tuple(made.env[n] for n in region.outputs))
+    out.meta = {}
+    return _program(program, region, made)
+
+
+def _program(program: Any, region: Region, made: _Cut) -> Any:
+    from torch.export import ExportedProgram
+    from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
+    from torch.export.graph_signature import (
+        ExportGraphSignature,
+        OutputKind,
+        OutputSpec,
+        TensorArgument,
+    )
+    from torch.utils import _pytree
+
+    in_spec = _pytree.tree_flatten((tuple(made.users), {}))[1]
+    out_spec = _pytree.tree_flatten(tuple(n.meta["val"] for n in region.outputs))[1]
+    outputs = [
+        OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(n.name), None) for n in region.outputs
+    ]
+    entry = ModuleCallEntry("", ModuleCallSignature([], [], in_spec, out_spec))
+    return ExportedProgram(
+        root=made.root,
+        graph=made.graph,
+        graph_signature=ExportGraphSignature(made.specs, outputs),
+        state_dict=made.state,
+        range_constraints={},
+        module_call_graph=[entry],
+        example_inputs=None,
+        constants=made.constants,
+        verifiers=program.verifiers,
+    )

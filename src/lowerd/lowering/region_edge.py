@@ -1,0 +1,401 @@
+"""Regional edge generation: ExecuTorch's edge generation run once per distinct layer structure,
+the whole edge program assembled from the results, installed only while lowerd lowers.
+
+`_gen_edge_manager_for_partitioners` (three `run_decompositions` replays, the partitioners'
+`ops_to_not_decompose`, then `_generate_edge_program`'s passes) runs over the whole exported
+program, so its cost grows with the model's depth although an LLM's layers are one structure
+repeated. While `RegionalEdge.installed()` is open, a drop-in runs it instead on each distinct
+region cut out as its own program (region_cut.py: a layer is one ModuleList element's contiguous
+nodes, the rest is one region) and assembles the whole edge program from those templates
+(region_assembly.py). When a gate below does not hold it calls ExecuTorch's own function, and logs
+why at debug level (`stock edge generation: ...`); when it assembles, it logs `regional edge
+generation: R regions from T templates`.
+
+Why the assembled program is the one ExecuTorch makes (torch 2.13.0, executorch 1.5.1, XNNPACK's
+partitioner), field by field:
+- Nodes, targets, arguments. For an XNNPACK-only method, edge generation is the functionalizing
+  replay, `ops_to_not_decompose` + the EDGE_DO_NOT_DECOMP replacement + two decomposition replays,
+  then `_generate_edge_program`'s passes. A replay re-traces the graph node by node (make_fx):
+  what a node becomes depends on its target, arguments and their values, and functionalization
+  is per node when nothing is mutated (gate: no buffer or input mutation). XNNPACK keeps an op
+  (linear, elu, hardswish, max_pool2d, upsample, prelu) after a per-node check that reads the
+  node, its arguments' values, whether its weight and bias are parameters of the program (the cut
+  keeps every parameter a parameter) and its q/dq neighbours (gate: no op outside aten, so none).
+  The passes (view -> view_copy, assert removal, ReplaceSymSizeOp, NormalizeTranspose,
+  ReplaceBrokenOps, ScalarToTensor, SymToTensor, RemoveNoop, PruneEmptyTensors, RemoveToCopy,
+  FoldRedundantDQ/Q, RemoveMixedTypeOperators, OpReplace, MemoryFormatOps) rewrite one node from
+  its own target, arguments and values. What is not per node is redone by the assembly: dead
+  code (gate: a layer's every node is used, or is an assert the passes remove), unused
+  parameters (dropped), lifted constants (below), names and debug handles (below). So a region's
+  edge nodes are a function of its `structure` (region_cut.py: ops, argument structure and
+  values, value metadata, which inputs are parameters/buffers/activations, which nodes are used
+  outside), and two regions of one structure get the same nodes with their own inputs. The rest
+  (embeddings, masks with their higher-order ops and vmap's stateful calls, head) is generated
+  alone as one cut in its own order; layers between its parts hold only aten ops (gate), which
+  touch no such state. A region's edge nodes that would leave its run, an output that is an
+  input, a node of no region: NotLocal, and stock runs.
+- Node names: fx names a node from its target's base and a per-graph counter; emitting the nodes
+  in stock's order from each template name's base gives stock's names.
+- `val`: the template's value remade (shape, stride, dtype, device) in one fake mode; its
+  `requires_grad` is the template's, or, where an input carries grad and the template's value
+  does not (a cut's activation inputs come in without it), what the op gives on the fake values.
+  It reaches the .pte for values outside delegates; nothing else of a fake value does.
+- `nn_module_stack`, `stack_trace`, `torch_fn`: the region's own aten node's value at the place
+  the template's came from (a value mapping to two places' different values: NotLocal).
+  lowerd's report, refusals and module coverage read them; they are stock's.
+- `from_node`: a copy's node descends from its own region's aten node (a one-link chain to it,
+  which holds that node's own chain), the template region's from the cut of its own: the root
+  is the same aten node (or its ancestor) as in stock's chain. Two readers: the debug handles
+  and lowerd's divergence search (verify), both by the root only. The chain's middle links
+  (ids of intermediate graphs) differ between any two stock runs too.
+- `debug_handle`: numbered by ExecuTorch's own DebugHandleGeneratorPass on the assembled graph,
+  by each node's greatest ancestor, in stock's node order: stock's numbers.
+- `tensor_meta`, `custom` and the placeholders' metadata: the template's (the same for every
+  region of one structure; a layer's `custom` must be empty: gate).
+- `seq_nr` (autograd's process-wide counter), `original_aten`, `eager_input_vals`, a
+  placeholder's `desc`: the template's. No pass, partitioner or emitter of these versions reads
+  them (edge_speedups.py), and partition_key.py keys a partition without the first.
+- Signature: the program's input specs for its placeholders, `BUFFER` specs for the constants
+  ScalarToTensorPass lifted, numbered `_lifted_tensor_constant<buffers + i>` in order of first
+  use and placed before the first user input, as lift_constant_tensor_pass makes them; the
+  program's output specs on the assembled outputs. A constant input (CONSTANT_TENSOR) in a
+  region: NotLocal.
+- state_dict (used parameters and buffers plus the lifted constants), constants, range
+  constraints, module call graph, example inputs: the program's, as `_generate_edge_program`
+  passes them on. Verifier: EXIREdgeDialectVerifier with the ops the templates preserved, whose
+  union is the one stock collects (each region's decisions are its template's).
+
+Gates (each checked; any other case runs ExecuTorch's own function):
+- the validated versions (edge_speedups.validated_versions);
+- one method, no etrecord, no constant methods, no transform passes (they may read any field);
+- only XNNPACK partitioners (lowerd's observed wrapper seen through), the default
+  EdgeCompileConfig;
+- inputs only user inputs, parameters and buffers, outputs only user outputs, weights plain
+  tensors, static shapes;
+- every op in aten (or getitem, or in the rest a higher-order op); an in-place op only on a
+  tensor its own region made and only its region reads (export's IR keeps in-place ops until the
+  first replay functionalizes them);
+- in a layer: no get_attr input, no call but an aten op or getitem, every node used (or an
+  assert), only the node metadata keys the argument covers, no `custom` annotation; the same of
+  each layer template's edge program (checked after it is made: NotLocal);
+- regions contiguous, and at least two layers of one structure (otherwise no gain).
+tests/test_region_edge.py compares the bytes with the stock script's for a Llama edited at the
+first, a middle and the last layer, with scaled weights and an op XNNPACK refuses, and checks
+that the gates fall back.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import operator
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from lowerd.lowering.edge_speedups import validated_versions
+from lowerd.lowering.region_assembly import (
+    Assembly,
+    Copy,
+    NotLocal,
+    Template,
+    assembled_program,
+)
+from lowerd.lowering.region_cut import Region, cut, regions, structure
+
+log = logging.getLogger(__name__)
+
+# Node metadata of a layer's aten nodes the argument covers.
+_LAYER_META = frozenset(
+    {
+        "val",
+        "tensor_meta",
+        "stack_trace",
+        "nn_module_stack",
+        "torch_fn",
+        "custom",
+        "seq_nr",
+        "from_node",
+        "original_aten",
+        "eager_input_vals",
+    }
+)
+# Node metadata of a layer template's edge nodes the argument covers, by node kind (its output
+# node is not copied: the assembly makes the program's own).
+_EDGE_META = {
+    "call_function": _LAYER_META | {"debug_handle"},
+    "placeholder": _LAYER_META | {"desc"},
+}
+_INPUT_KINDS = frozenset({"USER_INPUT", "PARAMETER", "BUFFER"})
+_CHECKS = frozenset({"aten._assert_tensor_metadata.default"})
+
+
+@dataclass(frozen=True)
+class RegionalRun:
+    """One call of edge generation while installed: regional, or stock and why."""
+
+    regions: int
+    templates: int
+    stock_because: str | None  # None: the program was assembled
+
+
+@dataclass
+class RegionalEdge:
+    """Regional edge generation for one lowering; `runs` records what each call did."""
+
+    runs: list[RegionalRun] = field(default_factory=list)
+
+    @property
+    def assembled(self) -> int:
+        return sum(1 for run in self.runs if run.stock_because is None)
+
+    @contextmanager
+    def installed(self) -> Iterator[RegionalEdge]:
+        """ExecuTorch's to_edge_transform_and_lower generates edge programs regionally until
+        exit (open it inside EdgeSpeedups.installed(), whose replay skipping then applies to
+        each template's stock run)."""
+        if not validated_versions():
+            log.debug("stock edge generation: torch/ExecuTorch are not the validated versions")
+            yield self
+            return
+        from executorch.exir.program import _program
+
+        stock = _program._gen_edge_manager_for_partitioners
+
+        def regional(
+            partitioner: Any,
+            aten_programs: Any,
+            config: Any,
+            constant_methods: Any,
+            generate_etrecord: Any = False,
+        ) -> Any:
+            args = (partitioner, aten_programs, config, constant_methods, generate_etrecord)
+            return self._generate(stock, args)
+
+        # The module's function is swapped for this lowering only and restored below.
+        _program._gen_edge_manager_for_partitioners = regional
+        try:
+            yield self
+        finally:
+            _program._gen_edge_manager_for_partitioners = stock
+
+    def _generate(self, stock: Any, args: tuple[Any, ...]) -> Any:
+        partitioner, aten_programs, config, constant_methods, _ = args
+        why = why_stock_call(*args)
+        found: list[Region] | None = None
+        if why is None:
+            [program] = aten_programs.values()
+            found, why = program_regions(program)
+        if why is not None or found is None:
+            return self._stock(stock, args, why or "no regions", 0, 0)
+        [(name, program)] = aten_programs.items()
+        try:
+            templates, keys = _templates(stock, program, found, config, partitioner[name])
+        except NotLocal as error:
+            return self._stock(stock, args, str(error), len(found), 0)
+        try:
+            edge, preserved = _assembled(program, found, templates, keys, config)
+        except NotLocal as error:
+            return self._stock(stock, args, str(error), len(found), len(templates))
+        from executorch.exir.program._program import EdgeProgramManager
+
+        config._core_aten_ops_exception_list = list(
+            set(config._core_aten_ops_exception_list) | set(preserved)
+        )
+        self.runs.append(RegionalRun(len(found), len(templates), None))
+        log.debug(
+            "regional edge generation: %d regions from %d templates", len(found), len(templates)
+        )
+        return EdgeProgramManager({name: edge}, constant_methods, config, preserved)
+
+    def _stock(self, stock: Any, args: tuple[Any, ...], why: str, found: int, made: int) -> Any:
+        self.runs.append(RegionalRun(found, made, why))
+        log.debug("stock edge generation: %s", why)
+        return stock(*args)
+
+
+def why_stock_call(
+    partitioner: Any, programs: Any, config: Any, constant_methods: Any, etrecord: Any
+) -> str | None:
+    """Why this call is not one the argument covers, or None."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import EdgeCompileConfig
+
+    if etrecord:
+        return "an etrecord is asked for"
+    if constant_methods:
+        return "the program has constant methods"
+    if len(programs) != 1:
+        return f"{len(programs)} methods"
+    [name] = programs
+    partitioners = list((partitioner or {}).get(name) or [])
+    if not partitioners:
+        return "no partitioner"
+    for each in partitioners:
+        inner = getattr(each, "inner", each)
+        if type(inner) is not XnnpackPartitioner:
+            return f"a partitioner other than XNNPACK's ({type(inner).__name__})"
+    default = EdgeCompileConfig()
+    for option in dataclasses.fields(config):
+        if getattr(config, option.name) != getattr(default, option.name):
+            return f"EdgeCompileConfig.{option.name} is not the default"
+    return None
+
+
+def program_regions(program: Any) -> tuple[list[Region] | None, str | None]:
+    """The program's regions, or why the argument does not cover it."""
+    why = _why_signature(program)
+    if why is not None:
+        return None, why
+    found = regions(program)
+    if found is None:
+        return None, "a layer's nodes are not contiguous"
+    region_of = {node: region.key for region in found for node in region.nodes}
+    for node in program.graph.nodes:
+        target = node.target
+        if not isinstance(target, torch._ops.OpOverload):
+            continue
+        if target.namespace != "aten":
+            return None, f"an op of namespace {target.namespace} ({target})"
+        if why := _why_mutation(node, target, region_of):
+            return None, why
+    layers = [region for region in found if region.key is not None]
+    for region in layers:
+        why = _why_layer(program, region)
+        if why is not None:
+            return None, why
+    shapes = [structure(program, region) for region in layers]
+    if len(set(shapes)) == len(shapes):
+        return None, "no two layers of one structure"
+    return found, None
+
+
+def _why_signature(program: Any) -> str | None:
+    signature = program.graph_signature
+    if unusual := [s.kind.name for s in signature.input_specs if s.kind.name not in _INPUT_KINDS]:
+        return f"a {unusual[0]} input"
+    if unusual := [s.kind.name for s in signature.output_specs if s.kind.name != "USER_OUTPUT"]:
+        return f"a {unusual[0]} output"
+    if program.range_constraints:
+        return "dynamic shapes"
+    for name, value in [*program.state_dict.items(), *program.constants.items()]:
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            return f"{name} is a {type(value).__name__}"
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and not _static(node.meta.get("val")):
+            return f"input {node.name} has no static shape"
+    return None
+
+
+def _why_layer(program: Any, region: Region) -> str | None:
+    """Why a layer is not one the argument covers: a call but an aten op, an input made by a
+    get_attr, metadata it does not know, a node nothing uses, a value of no static shape."""
+    for node in region.inputs:
+        if node.op == "get_attr":
+            return f"{region.key} reads {node.target}"
+    for node in region.nodes:
+        target = node.target
+        if target is not operator.getitem and (
+            not isinstance(target, torch._ops.OpOverload)
+            or isinstance(target, torch._ops.TorchBindOpOverload)
+        ):
+            return f"{region.key} calls {target}"
+        if unknown := sorted(set(node.meta) - _LAYER_META):
+            return f"metadata {unknown[0]!r} on {node.name}"
+        if node.meta.get("custom"):
+            return f"custom metadata on {node.name}"
+        if not node.users and str(target) not in _CHECKS:
+            return f"{node.name} has no users"
+        if not _static(node.meta.get("val")):
+            return f"{node.name} has no static shape"
+    return None
+
+
+def _why_mutation(
+    node: torch.fx.Node, target: torch._ops.OpOverload, region_of: dict[torch.fx.Node, Any]
+) -> str | None:
+    """Export's IR keeps in-place ops until the first replay functionalizes them: that is local
+    to a region only when what is written was made in the node's region and is read nowhere
+    else."""
+    for index, argument in enumerate(target._schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        written = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
+        if not isinstance(written, torch.fx.Node):
+            return f"{node.name} writes {written!r} ({target})"
+        inside = node in region_of and region_of.get(written, object()) == region_of[node]
+        if not inside or any(region_of.get(user) != region_of[node] for user in written.users):
+            return f"{node.name} mutates {written.name}, not its region's own ({target})"
+    return None
+
+
+def _static(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return all(isinstance(d, int) for d in (*value.shape, *value.stride()))
+    if isinstance(value, (list, tuple)):
+        return all(_static(v) for v in value)
+    return not isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _templates(
+    stock: Any, program: Any, found: list[Region], config: Any, partitioners: list[Any]
+) -> tuple[dict[Any, Template], list[Any]]:
+    """ExecuTorch's own edge generation once per distinct region structure (the rest is its
+    own), each on the region cut out alone, with a copy of the config (stock's call adds the
+    ops it preserved to the config's exception list)."""
+    by_structure: dict[Any, Template] = {}
+    keys = []
+    for region in found:
+        key = (region.key is None, structure(program, region))
+        keys.append(key)
+        if key in by_structure:
+            continue
+        own = copy.copy(config)
+        own._core_aten_ops_exception_list = list(config._core_aten_ops_exception_list)
+        alone = cut(program, region)
+        try:
+            manager = stock({"forward": partitioners}, {"forward": alone}, own, None)
+        except Exception as error:  # the whole program's own run says what is wrong, if anything
+            raise NotLocal(f"{region.key or 'the rest'} alone: {error!r}") from error
+        edge = manager.exported_program("forward")
+        if region.key is not None:
+            _check_layer_edge(edge, region)
+        preserved = list(own._core_aten_ops_exception_list)
+        by_structure[key] = Template(region, edge, id(alone.graph), preserved)
+    return by_structure, keys
+
+
+def _check_layer_edge(edge: Any, region: Region) -> None:
+    """A layer template's edge program holds only what the argument covers."""
+    if any(module is not edge.graph_module for module in edge.graph_module.modules()):
+        raise NotLocal(f"{region.key}'s edge program holds a nested module")
+    for node in edge.graph.nodes:
+        if node.op == "output":
+            continue
+        known = _EDGE_META.get(node.op)
+        if known is None:
+            raise NotLocal(f"a {node.op} node in {region.key}'s edge program")
+        if unknown := sorted(set(node.meta) - known):
+            raise NotLocal(f"edge metadata {unknown[0]!r} on {node.name}")
+        if node.meta.get("custom"):
+            raise NotLocal(f"custom metadata on {node.name}")
+
+
+def _assembled(
+    program: Any, found: list[Region], templates: dict[Any, Template], keys: list[Any], config: Any
+) -> tuple[Any, list[Any]]:
+    """The whole edge program from the templates, and the ops they preserved."""
+    from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
+
+    asm = Assembly(program)
+    asm.build([Copy(templates[key], region) for key, region in zip(keys, found, strict=True)])
+    module = asm.finish()
+    preserved = sorted({op for t in templates.values() for op in t.preserved}, key=str)
+    verifier = EXIREdgeDialectVerifier(
+        edge_compile_config=config, class_only=True, preserve_ops=preserved
+    )
+    return assembled_program(program, module, asm, [verifier]), preserved

@@ -1,0 +1,176 @@
+"""Regional edge generation (lowering/region_edge.py) gives the stock script's bytes, and
+ExecuTorch's own edge generation runs wherever a gate does not hold.
+
+Stock here is tests/stock.py: a plain ExecuTorch run with nothing of lowerd's installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from lowerd.cache.store import BlobStore
+from lowerd.lowering import edge_speedups
+from lowerd.lowering.build import build_target
+from lowerd.lowering.edge_speedups import EdgeSpeedups
+from lowerd.lowering.region_edge import RegionalEdge, RegionalRun, program_regions, why_stock_call
+from lowerd.project.config import load_config
+
+from helpers import PROJECTS
+from stock import forget_project_modules, importable_copy, sha256, stock_pte
+
+ENTRY = "models/llama.py:make"
+MUTATION = "not its region's own (aten.add_.Tensor)"
+
+
+@pytest.fixture(scope="module")
+def layers_built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """tests/projects/layers built by lowerd: the .pte's digest, the stock script's, and what
+    regional edge generation did."""
+    folder = tmp_path_factory.mktemp("region-edge")
+    with importable_copy(PROJECTS / "layers", folder / "layers") as root:
+        seen: list[RegionalEdge] = []
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(RegionalEdge, "installed", spying(seen, RegionalEdge.installed))
+            config = load_config(root / "pyproject.toml")
+            forget_project_modules(root)
+            result = build_target(config, config.targets["llama"], BlobStore(folder / "cache"))
+        assert result.status == "ok", result.error
+        [regional] = seen
+        stock = sha256(stock_pte(root, ENTRY, ["xnnpack"]))
+        return {"sha256": result.sha256, "stock": stock, "runs": regional.runs}
+
+
+def spying(seen: list[RegionalEdge], installed: Any) -> Any:
+    def spied(self: RegionalEdge) -> Any:
+        seen.append(self)
+        return installed(self)
+
+    return spied
+
+
+def test_edits_at_first_middle_last_layer_weights_and_a_refused_op_give_stock_s_bytes(
+    layers_built: dict[str, Any],
+) -> None:
+    """Layers 0 and 4 (GELU) share one template, layers 1 and 3 (the plain structure; 3's
+    weights scaled) another, layer 2 (cumsum: XNNPACK refuses it, its partitions split) its own,
+    and the rest its own: the .pte is the stock script's."""
+    assert layers_built["sha256"] == layers_built["stock"]
+    assert layers_built["runs"] == [RegionalRun(regions=6, templates=4, stock_because=None)]
+
+
+class Counted(nn.Module):
+    """A layer that mutates its buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.add_(1)
+        return torch.relu(self.linear(x))
+
+
+class Stack(nn.Module):
+    def __init__(self, layer: type[nn.Module], count: int = 3) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layer() for _ in range(count))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class Plain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x))
+
+
+def exported(model: nn.Module, **options: Any) -> Any:
+    torch.manual_seed(0)
+    return torch.export.export(model.eval(), (torch.randn(4, 8),), **options)
+
+
+def regional_and_stock(program: Any) -> tuple[bytes, bytes, list[RegionalRun]]:
+    """The program lowered with XNNPACK by ExecuTorch as it is, and again with regional edge
+    generation installed inside the replay skipping (as lowerd installs them)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    def lowered() -> bytes:
+        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        return bytes(edge.to_executorch().buffer)
+
+    stock = lowered()
+    regional = RegionalEdge()
+    with EdgeSpeedups(None).installed(), regional.installed():
+        mine = lowered()
+    return stock, mine, regional.runs
+
+
+def test_repeated_layers_without_an_llama_are_generated_by_region() -> None:
+    stock, mine, runs = regional_and_stock(exported(Stack(Plain)))
+    assert sha256(mine) == sha256(stock)
+    assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
+
+
+def test_a_layer_mutating_its_buffer_runs_stock() -> None:
+    stock, mine, runs = regional_and_stock(exported(Stack(Counted)))
+    assert sha256(mine) == sha256(stock)
+    assert [run.stock_because for run in runs] == [f"add_ mutates b_layers_0_calls, {MUTATION}"]
+
+
+@pytest.mark.parametrize(
+    "model",
+    [lambda: nn.Sequential(nn.Linear(8, 8), nn.ReLU()), lambda: Stack(Plain, count=1)],
+)
+def test_layers_of_no_common_structure_run_stock(model: Any) -> None:
+    assert program_regions(exported(model())) == (None, "no two layers of one structure")
+
+
+def test_dynamic_shapes_run_stock() -> None:
+    batch = torch.export.Dim("batch", min=2, max=16)
+    program = exported(Stack(Plain), dynamic_shapes=({0: batch},))
+    assert program_regions(program) == (None, "dynamic shapes")
+
+
+def test_calls_the_argument_does_not_cover_run_stock() -> None:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import EdgeCompileConfig
+    from executorch.exir.backend.test.op_partitioner_demo import AddMulPartitionerDemo
+
+    program = exported(Stack(Plain))
+    xnnpack = {"forward": [XnnpackPartitioner()]}
+    config = EdgeCompileConfig()
+    assert why_stock_call(xnnpack, {"forward": program}, config, None, False) is None
+    assert why_stock_call(xnnpack, {"forward": program}, config, None, True) is not None
+    assert why_stock_call(xnnpack, {"forward": program}, config, {"n": 1}, False) is not None
+    two = {"forward": program, "other": program}
+    assert why_stock_call(xnnpack, two, config, None, False) == "2 methods"
+    other = {"forward": [AddMulPartitionerDemo()]}
+    assert "other than XNNPACK" in str(why_stock_call(other, {"forward": program}, config, None, 0))
+    skipped = EdgeCompileConfig(_skip_dim_order=True)
+    assert "_skip_dim_order" in str(
+        why_stock_call(xnnpack, {"forward": program}, skipped, None, False)
+    )
+
+
+def test_other_versions_run_stock(monkeypatch: pytest.MonkeyPatch) -> None:
+    from executorch.exir.program import _program
+
+    stock = _program._gen_edge_manager_for_partitioners
+    with RegionalEdge().installed():  # the validated versions: installed
+        assert _program._gen_edge_manager_for_partitioners is not stock
+    assert _program._gen_edge_manager_for_partitioners is stock
+    monkeypatch.setattr(edge_speedups, "VALIDATED_VERSIONS", {"torch": "0", "executorch": "0"})
+    with RegionalEdge().installed():
+        assert _program._gen_edge_manager_for_partitioners is stock
