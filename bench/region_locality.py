@@ -23,9 +23,9 @@ tables, final norm, head) is one more region. Regions of the same structure (sam
 sequence, argument structure, kwargs, value metadata and kinds of external inputs) share one
 template: the first of them is cut out of the lifted program (parameters stay parameters, other
 inputs become user inputs), edge-generated alone, and copied for the others with their own
-parameters, inputs and per-node metadata (nn_module_stack, stack_trace, torch_fn, seq_nr taken
-from the layer's own aten node the template node descends from). It is a bench experiment, not
-lowerd's build path: see bench/README.md's depth section for what it found.
+parameters, inputs and per-node metadata (nn_module_stack, stack_trace, torch_fn taken from the
+layer's own aten node the template node descends from). It is lowerd's own regional edge
+generation (src/lowerd/lowering/region_edge.py): see bench/README.md's depth section.
 """
 
 from __future__ import annotations
@@ -191,7 +191,6 @@ def scenario(args: argparse.Namespace, edit: str) -> dict[str, Any]:
     row["regional edge s"] = time.process_time() - started
     run = region_edge.LAST
     row.update(regions=run.regions, templates=run.templates, fallback=run.fallback)
-    row["template s"] = run.template_seconds
     row["diff"] = edge_diff(stock, mine)
     row["per region"] = per_region(stock, mine)
     if not args.no_pte:
