@@ -7,6 +7,7 @@ import torch
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
+
 class Logits(nn.Module):
     def __init__(self, model):
         super().__init__()
