@@ -112,12 +112,14 @@ def edge_speedups(speedups: EdgeSpeedups, regional: RegionalEdge | None = None) 
     """What gives the same edge program faster, installed while ExecuTorch lowers; with
     `regional`, edge generation by region (inside the replay skipping, which then applies to each
     region's own run)."""
+    from lowerd.lowering.cia_ops import cia_ops_materialized_once
     from lowerd.lowering.partition_speedups import PartitionSpeedups
     from lowerd.lowering.vulkan_patterns import pattern_graphs_made_once
     from lowerd.lowering.xnnpack_passes import XnnpackPassSkips
 
     with (
         speedups.installed(),
+        cia_ops_materialized_once(),
         XnnpackPassSkips(speedups.store).installed(),
         PartitionSpeedups().installed(),
         pattern_graphs_made_once(),
