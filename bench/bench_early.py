@@ -4,9 +4,10 @@
 bench/depth's Llama (transformers' LlamaForCausalLM from a config, hidden 512, random weights),
 L layers. For each L of --layers, in a temp copy of the project with its own blob cache: a cold
 build (a fresh process, unmeasured), then bench_depth's edit (the last layer's MLP activation
-replaced by GELU) built by lowerd's build_target in a fresh process whose imports are done first,
-as a daemon's worker forked from its warm fork server has them. From the build's start, wall and
-CPU seconds to:
+replaced by GELU) built by lowerd's build_target in a fresh process in the state a daemon's
+worker is forked in (worker/forkserver.py warm_up: the engine imported, a one-op model lowered,
+the heap frozen out of the garbage collector; transformers imported, as the fork server does after
+a first build). From the build's start, wall and CPU seconds to:
 
     region        the provisional report of the edited modules lowered alone (after load)
     moved         the provisional report with the last build's lines moved (after export)
@@ -44,15 +45,16 @@ EVENTS = ("region", "moved", "exact", "done")
 def build_in_this_process(project: Path, region: bool = True) -> dict[str, Any]:
     """The target built here once the worker's imports are done, each report and stage timed;
     without `region`, with no edited region (lowerd before it), for the exact report's cost."""
-    import executorch.exir  # noqa: F401  # what the fork server preloads
     import transformers.models.llama.modeling_llama  # noqa: F401  # what it warms after a build
 
-    from lowerd.lowering import build
-    from lowerd.lowering.edited_region import edited_regions
+    from lowerd.lowering import build, edited_region
+    from lowerd.lowering.edited_region import captured_calls, edited_regions
     from lowerd.project.config import load_config
     from lowerd.project.project_store import store_for
     from lowerd.project.report_model import MethodReport
+    from lowerd.worker.forkserver import warm_up
 
+    warm_up(["xnnpack"])  # the fork server's one-op lowering and frozen heap, as a worker has
     os.chdir(project)
     config = load_config(project / "pyproject.toml")
     store = store_for(config)
@@ -81,7 +83,14 @@ def build_in_this_process(project: Path, region: bool = True) -> dict[str, Any]:
         finally:
             mark("region lowering ends")
 
+    def timed_inputs(*args: Any) -> Any:  # the region's fake forward, up to the last root
+        try:
+            return captured_calls(*args)
+        finally:
+            mark("region's inputs captured")
+
     build.edited_regions = timed_regions  # type: ignore[assignment,attr-defined]
+    edited_region.captured_calls = timed_inputs  # type: ignore[assignment]
     target = config.targets["llama"]
     result = build.build_target(config, target, store, progress, on_partitioned=partitioned)
     mark("done")

@@ -78,11 +78,7 @@ def main() -> None:
     if args.parent is not None and os.getppid() != args.parent:
         raise SystemExit(0)  # it was gone before the signal was set
     _log_to_daemon_log()
-    _preload(args.preload.split(",") if args.preload else [])
-    # What the fork server imported lives as long as it does: keep it out of every collection
-    # in the workers (a full collection over torch's objects costs ~0.2 s), and unshared.
-    gc.collect()
-    gc.freeze()
+    warm_up(args.preload.split(",") if args.preload else [])
     _send(channel, ReadyMessage())
     # Serving, it notices the daemon's end on its channel and kills its workers first, which a
     # SIGKILL would leave running.
@@ -116,6 +112,16 @@ def _log_to_daemon_log() -> None:
     root.addHandler(handler)
     root.setLevel(level)
     capture_library_warnings()
+
+
+def warm_up(backends: list[str]) -> None:
+    """The fork server's state before its first fork (also bench/bench_early.py's, to time a
+    build as a worker starts it): the engine preloaded, then frozen."""
+    _preload(backends)
+    # What the fork server imported lives as long as it does: keep it out of every collection
+    # in the workers (a full collection over torch's objects costs ~0.2 s), and unshared.
+    gc.collect()
+    gc.freeze()
 
 
 def _preload(backends: list[str]) -> None:
