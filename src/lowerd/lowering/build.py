@@ -195,12 +195,14 @@ def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed | _Answered:
                 loaded = load(ctx)
                 trees = module_trees(loaded)  # before anything runs the model
                 ctx = with_recipe(ctx.at_entry(loaded.entry))  # a recipe target's recipe
+            route = choose_route(ctx)
+            # The edited modules' refusals, lowered alone, before the whole program exports
+            # and before a verifying target's eager run (none for a target that quantizes).
+            regions = edited_regions(ctx, loaded, route, trees, earlier)
+            with qparams.installed(), intx.installed():
                 # The eager outputs to verify against: the float model's, before quantize.
                 ctx = replace(ctx, reference=eager_reference(ctx, loaded))
                 loaded = quantize(ctx, loaded)
-            route = choose_route(ctx)
-            # The edited modules' refusals, lowered alone, before the whole program exports.
-            regions = edited_regions(ctx, loaded, route, trees, earlier)
             exported = export(ctx, loaded)
         decision = decide_reuse(
             ctx.target, exported, previous_build(ctx.config, ctx.target, earlier, reuse)
