@@ -120,21 +120,22 @@ def client_worker(spec: dict[str, Any]) -> dict[str, Any]:
         raise SystemExit(f"bench: the daemon did not build: {final}")
     [found] = final.document["targets"]
     timing = {"seconds": answered - asked, "setup": asked - started, "stages": clock.seconds}
-    timing["peak_rss"] = recorded_peak_rss(config, spec["target"])
+    timing["peak_rss"] = recorded_peak_rss(config, spec["target"], found["sha256"])
     return {"client": timing, "target": found}
 
 
-def recorded_peak_rss(config: Any, target: str) -> int | None:
+def recorded_peak_rss(config: Any, target: str, sha256: str) -> int | None:
     """The peak RSS the build's worker (a fork of the daemon's fork server, one per build) kept
     in the target's record: its ru_maxrss, the fork server's pages it started with included.
-    The worker writes it just before its result; the daemon may answer on the built event
-    before that, so the record is read again until it has one (a bench, not a test)."""
+    The worker writes it just after the record and before its result; the daemon may answer a
+    verifying target's build before the record is written, so the record of this build's .pte
+    is read again until it has one (a bench, not a test)."""
     from lowerd.project.build_state import load_state
 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         state = load_state(config, config.targets[target])
-        if state is not None and state.peak_rss:
+        if state is not None and state.output.sha256 == sha256 and state.peak_rss:
             return int(state.peak_rss)
         time.sleep(0.1)
     return None
