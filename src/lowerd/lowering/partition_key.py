@@ -252,19 +252,20 @@ def _tensor_digest(value: Any) -> Encoded:
     if not isinstance(value, torch.Tensor):
         raise Unkeyable(f"constant of type {type(value).__name__} has no content digest")
     tensor = value.detach()
-    data = _tensor_bytes(tensor)
     return (
         str(tensor.dtype),
         tuple(tensor.shape),
         tuple(tensor.stride()),
-        hashlib.sha256(data).hexdigest(),
+        hashlib.sha256(_tensor_bytes(tensor)).hexdigest(),
     )
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
-    # Hash the logical contents: a strided view and its contiguous copy hold the same weights.
+def _tensor_bytes(tensor: torch.Tensor) -> memoryview | bytes:
+    """The logical contents, read where they lie (no copy into a bytes object: every weight of
+    the program is hashed per build). A strided view and its contiguous copy hold the same
+    weights."""
     flat = tensor.contiguous().reshape(-1)
-    return bytes(flat.view(torch.uint8).numpy()) if flat.numel() else b""
+    return flat.view(torch.uint8).numpy().data if flat.numel() else b""
 
 
 def _encode_value(value: Any, encoder: _Encoder | None = None) -> Any:  # noqa: C901
