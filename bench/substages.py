@@ -167,7 +167,8 @@ def lowerd_shortcuts(enabled: bool | None) -> Iterator[None]:
     """lowerd's exact shortcuts through ExecuTorch installed around the stock chain, as lowerd
     installs them around its own lowering and emission, when enabled: the chain's time with
     and without them, the bytes the same. A lowerd without the emission shortcut (an older
-    checkout's, --lowerd-src) installs those it has."""
+    checkout's, --lowerd-src) installs those it has, and so does one without edge generation
+    by layer."""
     if not enabled:
         yield
         return
@@ -178,5 +179,11 @@ def lowerd_shortcuts(enabled: bool | None) -> Iterator[None]:
         from lowerd.lowering.emit_speedups import emit_speedups
     except ImportError:
         emit_speedups = nullcontext
-    with edge_speedups(EdgeSpeedups(None)), emit_speedups():
+    try:  # lowerd's partitioner route generates edge programs by layer (region_edge.py)
+        from lowerd.lowering.region_edge import RegionalEdge
+    except ImportError:
+        with edge_speedups(EdgeSpeedups(None)), emit_speedups():
+            yield
+        return
+    with edge_speedups(EdgeSpeedups(None), RegionalEdge()), emit_speedups():
         yield
