@@ -16,6 +16,7 @@ from lowerd.daemon.runtime import process_alive
 
 from helpers import (
     PROJECTS,
+    TESTS,
     SharedBuild,
     build_basic,
     build_examples,
@@ -23,6 +24,18 @@ from helpers import (
     run_folder,
 )
 from stock import forget_project_modules, importable_copy, share_stock_ptes
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The heaviest files first (tests/file_seconds.json, recorded by tests/file_seconds.py), so
+    `--dist loadfile` hands the two workers the long files early and the short ones fill in at
+    the end; pytest-xdist's own order (by test count, which pyproject's addopts turns off) left a
+    heavy file with few tests for the end, one worker idle while the other ran it. A stable sort:
+    the order within a file, which module fixtures rely on, stays. A file the table does not know
+    yet counts as a middling one."""
+    seconds: dict[str, int] = json.loads(TESTS.joinpath("file_seconds.json").read_text())
+    middling = sorted(seconds.values())[len(seconds) // 2]
+    items.sort(key=lambda item: -seconds.get(item.path.name, middling))
 
 
 @pytest.fixture(scope="session", autouse=True)
