@@ -38,10 +38,28 @@ def layers_built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             config = load_config(root / "pyproject.toml")
             forget_project_modules(root)
             result = build_target(config, config.targets["llama"], BlobStore(folder / "cache"))
-        assert result.status == "ok", result.error
-        [regional] = seen
-        stock = sha256(stock_pte(root, ENTRY, ["xnnpack"]))
-        return {"sha256": result.sha256, "stock": stock, "runs": regional.runs}
+            assert result.status == "ok", result.error
+            stock = sha256(stock_pte(root, ENTRY, ["xnnpack"]))
+            edited = rebuilt_with_layer_0_plain(root, config, BlobStore(folder / "cache"))
+        [regional, again] = seen
+        edited["runs"] = again.runs
+        return {"sha256": result.sha256, "stock": stock, "runs": regional.runs, "edited": edited}
+
+
+def rebuilt_with_layer_0_plain(root: Any, config: Any, store: BlobStore) -> dict[str, Any]:
+    """Layer 0's activation back to SiLU, rebuilt with the first build's cache: layer 0 becomes
+    the plain layers' template (layer 1 its copy) and layer 4 its own GELU template, so every
+    unedited layer is made from another template than before."""
+    model = root / "models" / "llama.py"
+    source = model.read_text()
+    gelu = "    layers[0].mlp.act_fn = nn.GELU()\n"
+    assert gelu in source
+    model.write_text(source.replace(gelu, ""))
+    forget_project_modules(root)
+    result = build_target(config, config.targets["llama"], store)
+    assert result.status == "ok", result.error
+    stock = sha256(stock_pte(root, ENTRY, ["xnnpack"]))
+    return {"sha256": result.sha256, "stock": stock, "cache": result.cache}
 
 
 def spying(seen: list[RegionalEdge], installed: Any) -> Any:
@@ -60,6 +78,16 @@ def test_edits_at_first_middle_last_layer_weights_and_a_refused_op_give_stock_s_
     and the rest its own: the .pte is the stock script's."""
     assert layers_built["sha256"] == layers_built["stock"]
     assert layers_built["runs"] == [RegionalRun(regions=6, templates=4, stock_because=None)]
+
+
+def test_a_one_layer_edit_misses_only_the_edited_partition(layers_built: dict[str, Any]) -> None:
+    """Each copied layer's weight placeholders describe its own weights (their `desc`, in the
+    partition key), not its template's: after an edit that changes every layer's template, only
+    the partition holding layer 0's activation is preprocessed again."""
+    edited = layers_built["edited"]
+    assert edited["sha256"] == edited["stock"]
+    assert edited["runs"] == [RegionalRun(regions=6, templates=4, stock_because=None)]
+    assert edited["cache"].misses == 1 and edited["cache"].hits > 1
 
 
 class Counted(nn.Module):

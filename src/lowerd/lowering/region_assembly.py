@@ -254,7 +254,24 @@ class Assembly:
         if new.op == "placeholder" and new not in self.placeholder_done:
             self.placeholder_done.add(new)
             new.meta = self.meta_for(copy_, node)  # the edge placeholder's, as stock makes it
+            self.own_desc(copy_, node, new)
         return new
+
+    def own_desc(self, copy_: Copy, node: torch.fx.Node, new: torch.fx.Node) -> None:
+        """A weight placeholder's `desc` names its weight (ParamAOTInput/BufferAOTInput(target=
+        fqn), made by the replays from the input spec): the template's names the template
+        region's weight, stock's this region's. partition_key.py keys it, so a copy left with
+        the template's would change its partitions' keys whenever the template changes."""
+        from torch._functorch._aot_autograd.descriptors import BufferAOTInput, ParamAOTInput
+
+        desc = new.meta.get("desc")
+        if not isinstance(desc, ParamAOTInput | BufferAOTInput):
+            return
+        edge = copy_.template.edge.graph_signature
+        theirs = {**edge.inputs_to_parameters, **edge.inputs_to_buffers}.get(node.name)
+        if desc.target != theirs or new.name not in self.weights:
+            raise NotLocal(f"{node.name}'s desc names {desc.target}, its spec {theirs}")
+        new.meta["desc"] = type(desc)(target=self.weights[new.name])
 
     def _input_index(self, copy_: Copy, node: torch.fx.Node) -> int | None:
         """Which of the region's inputs a template placeholder is; None for a lifted constant."""

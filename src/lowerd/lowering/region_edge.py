@@ -51,8 +51,12 @@ partitioner), field by field:
 - `debug_handle`: numbered by ExecuTorch's own DebugHandleGeneratorPass on the assembled graph,
   by each node's greatest ancestor, in stock's node order: stock's numbers.
 - `tensor_meta`, `custom` and the placeholders' metadata: the template's (the same for every
-  region of one structure; a layer's `custom` must be empty: gate).
-- `seq_nr` (autograd's process-wide counter), `original_aten`, `eager_input_vals`, a
+  region of one structure; a layer's `custom` must be empty: gate), but a weight placeholder's
+  `desc` (ParamAOTInput/BufferAOTInput, which the replays make from the input spec's target)
+  names the region's own weight, as stock's does. partition_key.py keys `desc`: with the
+  template's, a layer's partitions would change key whenever its template does (an edit
+  elsewhere), and miss the cache.
+- `seq_nr` (autograd's process-wide counter), `original_aten`, `eager_input_vals`, another
   placeholder's `desc`: the template's. No pass, partitioner or emitter of these versions reads
   them (edge_speedups.py), and partition_key.py keys a partition without the first.
 - Signature: the program's input specs for its placeholders, `BUFFER` specs for the constants
