@@ -41,6 +41,13 @@ from typing import Any
 
 from bench.substages import lowerd_shortcuts, timed_substages
 from testkit.stock_lowering import importable, lower_stock
+from testkit.stock_recipe import (
+    Recipe,
+    lower_recipe,
+    optimum_constant_methods,
+    optimum_quantize_model,
+    optimum_recipe,
+)
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
@@ -349,12 +356,41 @@ def peak_rss() -> dict[str, int]:
     return {"peak_rss": own * 1024, "peak_rss_children": children * 1024}
 
 
-def stock_lower(returned: Any, clock: StageClock | None = None) -> tuple[Any, bytes]:
+def stock_lower(
+    returned: Any,
+    clock: StageClock | None = None,
+    recipe: dict[str, Any] | None = None,
+    project: Path | None = None,
+) -> tuple[Any, bytes]:
     """testkit's stock ExecuTorch chain with XnnpackPartitioner on what an entry returned, its
-    stages marked on the clock: the edge program and the .pte's bytes."""
+    stages marked on the clock: the edge program and the .pte's bytes. With `recipe` (a
+    lowerd.Method returned), the flow's stock script (flow_recipe)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    return lower_stock(returned, [XnnpackPartitioner()], clock.mark if clock else None)
+    mark = clock.mark if clock else None
+    if recipe is None:
+        return lower_stock(returned, [XnnpackPartitioner()], mark)
+    if mark and recipe.get("quantize"):
+        mark("quantize")
+    flow = flow_recipe(returned, recipe, project or Path.cwd())
+    return lower_recipe(returned, [XnnpackPartitioner()], flow, mark)
+
+
+def flow_recipe(method: Any, recipe: dict[str, Any], project: Path) -> Recipe:
+    """A bench flow's stock script (bench/bench_depth.py FLOWS), as its users write it:
+    optimum-executorch's order (quantize the eager model, then export and lower with the
+    recipe's passes, settings and constant methods, the passes imported from the project), or
+    a strict export under no_grad as transformers' convert_and_export_with_cache does."""
+    if recipe.get("quantize"):
+        optimum_quantize_model(method.module, recipe["quantize"])
+    optimum = recipe.get("optimum")
+    if optimum is None:
+        return Recipe(strict=recipe["strict"], no_grad=recipe["no_grad"])
+    return optimum_recipe(
+        call_entry(project, optimum["module_passes"]),
+        call_entry(project, optimum["transform_passes"]),
+        optimum_constant_methods(method.module.model, optimum["custom_sdpa"]),
+    )
 
 
 def import_stock(libraries: Iterable[str] = ()) -> None:
@@ -380,8 +416,10 @@ def stock_worker(spec: dict[str, Any]) -> dict[str, Any]:
         lowerd_shortcuts(spec.get("shortcuts")),
     ):
         clock.mark("load")
-        returned = call_entry(Path(spec["project"]), spec["entry"])
-        edge, buffer = stock_lower(returned, clock)
+        project = Path(spec["project"])
+        returned = call_entry(project, spec["entry"])
+        with importable(project):  # dynamo's strict export imports the model's module by name
+            edge, buffer = stock_lower(returned, clock, spec.get("recipe"), project)
         if spec.get("time_write"):
             clock.mark("write")
             Path(spec["output"]).write_bytes(buffer)
@@ -445,6 +483,41 @@ def partitions_holding(lowered: list[Any], prefix: str) -> int:
     return sum(1 for module in lowered if holds(module))
 
 
+EDGE_PATH = "edge generation"  # region_edge.py's debug lines: "regional ..." / "stock ...: why"
+
+
+class EdgePaths:
+    """The path lowerd's edge generation took in this process: region_edge.py's debug lines
+    (`regional edge generation: R regions from T templates`, `stock edge generation: <why>`),
+    recorded while the block runs. None: no such line (regional generation was not installed,
+    as with transform passes, or the build did not reach edge generation)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    @contextmanager
+    def recorded(self) -> Iterator[None]:
+        import logging
+
+        paths = self
+
+        class Recorder(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                message = record.getMessage()
+                if EDGE_PATH in message:
+                    paths.lines.append(message)
+
+        logger = logging.getLogger("lowerd.lowering.region_edge")
+        handler, level = Recorder(logging.DEBUG), logger.level
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+        try:
+            yield
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+
 def lowerd_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """build_target as `lowerd build` calls it, after the imports stock pays before its work.
     Its blob cache: spec["cache"], else store_for's (LOWERD_CACHE_DIR, and LOWERD_CACHE_URL's
@@ -466,7 +539,12 @@ def lowerd_worker(spec: dict[str, Any]) -> dict[str, Any]:
 
     imported, imported_cpu = time.perf_counter(), time.process_time()
     clock = StageClock()
-    with profiled(spec.get("profile")), timed_substages(spec.get("substages")) as substages:
+    paths = EdgePaths()
+    with (
+        profiled(spec.get("profile")),
+        timed_substages(spec.get("substages")) as substages,
+        paths.recorded(),
+    ):
         config = load_config(Path(spec["project"]) / "pyproject.toml")
         [target] = select_targets(config, [spec["target"]])
         cache = spec.get("cache")
@@ -502,6 +580,7 @@ def lowerd_worker(spec: dict[str, Any]) -> dict[str, Any]:
         "ops_delegated": forward["ops_delegated"],
         # Why lowerd skipped lowering, when it did (e.g. "same-program": the last build's .pte)
         "reused": result.reused,
+        "edge_path": paths.lines,
         "lowerd_source": str(Path(lowerd.__file__).parent),
         **peak_rss(),
     }

@@ -20,6 +20,12 @@ from typing import Any
 from helpers import PROJECTS
 from testkit.projects import copy_project
 from testkit.stock_lowering import importable, lower_stock
+from testkit.stock_recipe import (
+    lower_recipe,
+    optimum_constant_methods,
+    optimum_quantize_model,
+    optimum_recipe,
+)
 
 __all__ = [
     "PROJECTS",
@@ -194,90 +200,17 @@ def run_stock_script(script: str, folder: Path, monkeypatch: Any) -> dict[str, s
 # optimum-executorch 1.1.0's xnnpack recipe (optimum/exporters/executorch), its calls written out -
 
 
-def optimum_quantize_model(model: Any, qlinear: str) -> None:
-    """optimum-executorch 1.1.0's quantize_model_ (exporters/executorch/quantization.py) for
-    `--qlinear 8da4w` or `8da8w` with its defaults (group size 32: causal_lm.py never forwards
-    another; hqq_scale_only), in place, on the eager model."""
-    import torch
-    from torchao.quantization.granularity import PerAxis, PerGroup
-    from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.utils import unwrap_tensor_subclass
-
-    config = {
-        "8da4w": Int8DynamicActivationIntxWeightConfig(
-            weight_dtype=torch.int4,
-            weight_granularity=PerGroup(32),
-            intx_choose_qparams_algorithm="hqq_scale_only",
-        ),
-        "8da8w": Int8DynamicActivationIntxWeightConfig(
-            weight_dtype=torch.int8,
-            weight_granularity=PerAxis(0),
-            intx_choose_qparams_algorithm="hqq_scale_only",
-        ),
-    }[qlinear]
-
-    def per_group_filter(module: Any, fqn: str) -> bool:
-        if isinstance(module, torch.nn.Linear):
-            return bool(module.weight.shape[1] % 32 == 0)
-        return False
-
-    quantize_(model, config, filter_fn=per_group_filter)
-    unwrap_tensor_subclass(model)
-
-
 def optimum_pte(method: Any, *, custom_sdpa: bool) -> bytes:
     """integrations.py CausalLMExportableModule.export and recipes/xnnpack.py
     _lower_to_executorch on a decoder wrapped as transformers' static-cache module (a
-    lowerd.Method with keyword inputs): the .pte's bytes. optimum's RemovePaddingIdxEmbeddingPass
-    is tests/projects/optimum/passes.py's."""
-    import torch
+    lowerd.Method with keyword inputs): the .pte's bytes (testkit/stock_recipe.py).
+    optimum's RemovePaddingIdxEmbeddingPass is tests/projects/optimum/passes.py's."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import (
-        EdgeCompileConfig,
-        ExecutorchBackendConfig,
-        to_edge_transform_and_lower,
-    )
-    from executorch.exir.passes import MemoryPlanningPass
     from executorch.extension.llm.export.export_passes import RemoveRedundantTransposes
 
-    module, kwargs, shapes = method.module, method.kwargs, method.dynamic_shapes
-    with torch.no_grad():
-        ep = torch.export.export(module, (), kwargs, dynamic_shapes=shapes, strict=True)
-        graph = RemoveRedundantTransposes()(ep.module())[0]
-        ep = torch.export.export(graph, (), kwargs, dynamic_shapes=shapes, strict=True)
-    edge = to_edge_transform_and_lower(
-        {"forward": ep},
-        partitioner=[XnnpackPartitioner()],
-        compile_config=EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True),
-        constant_methods=optimum_constant_methods(module.model, custom_sdpa),
-        transform_passes=call_entry(PROJECTS / "optimum", "passes.py:transform_passes"),
+    recipe = optimum_recipe(
+        [RemoveRedundantTransposes()],
+        call_entry(PROJECTS / "optimum", "passes.py:transform_passes"),
+        optimum_constant_methods(method.module.model, custom_sdpa),
     )
-    program = edge.to_executorch(
-        ExecutorchBackendConfig(
-            extract_delegate_segments=True,
-            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False),
-            do_quant_fusion_and_const_prop=True,
-        )
-    )
-    return bytes(program.buffer)
-
-
-def optimum_constant_methods(model: Any, custom_sdpa: bool) -> dict[str, Any]:
-    """utils.py save_config_to_constant_methods, from the model's config (max_seq_len 64)."""
-    import torch
-
-    config = model.config
-    return {
-        "get_dtype": 5 if model.dtype == torch.float16 else 6,
-        "get_bos_id": config.bos_token_id,
-        "get_eos_id": config.eos_token_id,
-        "get_head_dim": config.hidden_size / config.num_attention_heads,
-        "get_n_kv_heads": config.num_key_value_heads,
-        "get_n_layers": config.num_hidden_layers,
-        "get_vocab_size": config.vocab_size,
-        "get_max_batch_size": 1,
-        "get_max_seq_len": 64,
-        "use_kv_cache": model.generation_config.use_cache,
-        "use_sdpa_with_kv_cache": custom_sdpa,
-        "enable_dynamic_shape": True,
-    }
+    return lower_recipe(method, [XnnpackPartitioner()], recipe)[1]

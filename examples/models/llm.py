@@ -134,6 +134,12 @@ def tiny_llama(attn_implementation: str = "custom_sdpa") -> LlamaForCausalLM:
         bos_token_id=1,
         eos_token_id=2,
     )
+    return causal_lm(config, attn_implementation)
+
+
+def causal_lm(config: LlamaConfig, attn_implementation: str) -> LlamaForCausalLM:
+    """optimum's load_causal_lm_model on a config (random weights, seeded: nothing downloaded):
+    batch 1, fp32, a static cache of MAX_SEQ_LEN (bench/depth builds deeper ones with it)."""
     config._attn_implementation = attn_implementation
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation)
