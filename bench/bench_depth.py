@@ -469,10 +469,14 @@ def megabytes(run: dict[str, Any] | None) -> str:
 
 
 def edge_path(run: dict[str, Any] | None) -> str:
-    """The edge-generation lines of a lowerd run, each once, in order; `-` for none."""
+    """The edge-generation lines of a lowerd run, each once in order with its count; `-` for
+    none."""
     if run is None or "edge_path" not in run:
         return ""
-    lines = list(dict.fromkeys(run["edge_path"]))
+    counts: dict[str, int] = {}
+    for line in run["edge_path"]:
+        counts[line] = counts.get(line, 0) + 1
+    lines = [line if n == 1 else f"{line} (x{n})" for line, n in counts.items()]
     return "; ".join(lines) if lines else "- (regional generation not installed)"
 
 
