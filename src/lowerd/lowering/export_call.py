@@ -11,6 +11,12 @@ What a script written the way optimum-executorch exports an LLM does (its integr
 
 The lowering that follows runs outside the no_grad block, in the process's grad mode, as optimum's
 does: lowering under no_grad gives other bytes.
+
+The second export runs whenever module passes are given, even when they change nothing, as the
+stock script runs it: export(ep.module()) is another program than ep (node names, signature,
+state-dict order, module call graph; source_fn_stack, torch_fn, stack_trace metadata, which
+XNNPACK's partitioner reads), so reusing ep would be exact by measurement only (docs/cache.md,
+"Export is not memoized"; bench/bench_export.py --unchanged).
 """
 
 from __future__ import annotations
