@@ -84,16 +84,11 @@ class Clock:
 
 def model(layers: int, hidden: int) -> Any:
     """examples/models/llm.py's custom-flow method at `layers` and `hidden` (the issue's shape:
-    8/4 heads, vocab 32000, max_seq_len 64), 8da4w as optimum quantizes it."""
-    import torch
+    8/4 heads, vocab 32000, max_seq_len 64), 8da4w as optimum quantizes it (testkit's)."""
     from models import llm  # type: ignore[import-not-found]
-    from torchao.quantization.granularity import PerGroup  # type: ignore[import-untyped]
-    from torchao.quantization.quant_api import (  # type: ignore[import-untyped]
-        Int8DynamicActivationIntxWeightConfig,
-        quantize_,
-    )
-    from torchao.utils import unwrap_tensor_subclass  # type: ignore[import-untyped]
-    from transformers import AutoModelForCausalLM, GenerationConfig, LlamaConfig
+    from transformers import LlamaConfig
+
+    from testkit.stock_recipe import optimum_quantize_model
 
     config = LlamaConfig(
         vocab_size=32000,
@@ -106,28 +101,8 @@ def model(layers: int, hidden: int) -> Any:
         bos_token_id=1,
         eos_token_id=2,
     )
-    torch.manual_seed(0)
-    causal = AutoModelForCausalLM.from_config(config, attn_implementation="custom_sdpa").eval()
-    causal.generation_config = GenerationConfig(
-        use_cache=True,
-        cache_implementation="static",
-        max_length=llm.MAX_SEQ_LEN,
-        cache_config={"batch_size": 1, "max_cache_len": llm.MAX_SEQ_LEN},
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    method = llm.exportable(causal)
-    linear_config = Int8DynamicActivationIntxWeightConfig(
-        weight_dtype=torch.int4,
-        weight_granularity=PerGroup(32),
-        intx_choose_qparams_algorithm="hqq_scale_only",
-    )
-
-    def divisible(module: Any, fqn: str) -> bool:
-        return isinstance(module, torch.nn.Linear) and module.in_features % 32 == 0
-
-    quantize_(method.module, linear_config, filter_fn=divisible)
-    unwrap_tensor_subclass(method.module)
+    method = llm.exportable(llm.causal_lm(config, "custom_sdpa"))
+    optimum_quantize_model(method.module, "8da4w")
     return method
 
 
