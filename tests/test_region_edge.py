@@ -6,6 +6,7 @@ Stock here is tests/stock.py: a plain ExecuTorch run with nothing of lowerd's in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -128,14 +129,17 @@ def exported(model: nn.Module, **options: Any) -> Any:
     return torch.export.export(model.eval(), (torch.randn(4, 8),), **options)
 
 
-def regional_and_stock(program: Any) -> tuple[bytes, bytes, list[RegionalRun]]:
+def regional_and_stock(
+    program: Any, options: Callable[[], dict[str, Any]] = dict
+) -> tuple[bytes, bytes, list[RegionalRun]]:
     """The program lowered with XNNPACK by ExecuTorch as it is, and again with regional edge
-    generation installed inside the replay skipping (as lowerd installs them)."""
+    generation installed inside the replay skipping (as lowerd installs them); `options` makes
+    to_edge_transform_and_lower's other arguments afresh for each (it adds to the config)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
     def lowered() -> bytes:
-        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()], **options())
         return bytes(edge.to_executorch().buffer)
 
     stock = lowered()
@@ -149,6 +153,28 @@ def test_repeated_layers_without_an_llama_are_generated_by_region() -> None:
     stock, mine, runs = regional_and_stock(exported(Stack(Plain)))
     assert sha256(mine) == sha256(stock)
     assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
+
+
+# Part of optimum's save_config_to_constant_methods (get_head_dim is a float).
+CONSTANT_METHODS = {"get_max_seq_len": 64, "use_kv_cache": True, "get_head_dim": 16.0}
+
+
+def test_constant_methods_are_passed_on_by_the_regional_path() -> None:
+    program = exported(Stack(Plain))
+    stock, mine, runs = regional_and_stock(program, lambda: {"constant_methods": CONSTANT_METHODS})
+    assert sha256(mine) == sha256(stock)
+    assert all(name.encode() in mine for name in CONSTANT_METHODS)  # as methods of the .pte
+    assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
+
+
+def test_constant_methods_with_an_etrecord_run_stock() -> None:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import EdgeCompileConfig
+
+    programs = {"forward": exported(Stack(Plain))}
+    xnnpack = {"forward": [XnnpackPartitioner()]}
+    why = why_stock_call(xnnpack, programs, EdgeCompileConfig(), CONSTANT_METHODS, True)
+    assert why == "an etrecord is asked for"
 
 
 def test_a_layer_mutating_its_buffer_runs_stock() -> None:
@@ -181,7 +207,7 @@ def test_calls_the_argument_does_not_cover_run_stock() -> None:
     config = EdgeCompileConfig()
     assert why_stock_call(xnnpack, {"forward": program}, config, None, False) is None
     assert why_stock_call(xnnpack, {"forward": program}, config, None, True) is not None
-    assert why_stock_call(xnnpack, {"forward": program}, config, {"n": 1}, False) is not None
+    assert why_stock_call(xnnpack, {"forward": program}, config, {"n": 1}, False) is None
     two = {"forward": program, "other": program}
     assert why_stock_call(xnnpack, two, config, None, False) == "2 methods"
     other = {"forward": [AddMulPartitionerDemo()]}

@@ -68,10 +68,16 @@ partitioner), field by field:
   constraints, module call graph, example inputs: the program's, as `_generate_edge_program`
   passes them on. Verifier: EXIREdgeDialectVerifier with the ops the templates preserved, whose
   union is the one stock collects (each region's decisions are its template's).
+- Constant methods (optimum's recipe adds a dozen: get_max_seq_len, use_kv_cache, ...):
+  `_gen_edge_manager_for_partitioners` reads them nowhere but in handing them to the
+  EdgeProgramManager it returns (its `_config_methods`, which to_backend passes on and the
+  emitter writes as methods returning those values); the assembled program's manager is given
+  the same object. A template's own stock run is given none: its manager is dropped, only its
+  edge program is read.
 
 Gates (each checked; any other case runs ExecuTorch's own function):
 - the validated versions (edge_speedups.validated_versions);
-- one method, no etrecord, no constant methods, no transform passes (they may read any field);
+- one method, no etrecord, no transform passes (they may read any field);
 - only XNNPACK partitioners (lowerd's observed wrapper seen through), the default
   EdgeCompileConfig;
 - inputs only user inputs, parameters and buffers, outputs only user outputs, weights plain
@@ -231,8 +237,6 @@ def why_stock_call(
 
     if etrecord:
         return "an etrecord is asked for"
-    if constant_methods:
-        return "the program has constant methods"
     if len(programs) != 1:
         return f"{len(programs)} methods"
     [name] = programs
