@@ -177,6 +177,32 @@ def test_constant_methods_with_an_etrecord_run_stock() -> None:
     assert why == "an etrecord is asked for"
 
 
+class Converted(nn.Module):
+    """A layer with a dtype conversion (`_to_copy`, which MemoryFormatOpsPass turns into its
+    dim_order op unless `_skip_dim_order`) XNNPACK leaves outside its delegates."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x)).to(torch.float64).to(torch.float32)
+
+
+def test_optimum_s_edge_compile_config_is_generated_by_region() -> None:
+    from executorch.exir import EdgeCompileConfig
+
+    def optimum() -> dict[str, Any]:
+        config = EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True)
+        return {"compile_config": config}
+
+    program = exported(Stack(Converted))
+    stock, mine, runs = regional_and_stock(program, optimum)
+    assert sha256(mine) == sha256(stock)
+    assert b"_to_copy" in mine and b"_to_dim_order_copy" not in mine  # MemoryFormatOps left out
+    assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
+
+
 def test_a_layer_mutating_its_buffer_runs_stock() -> None:
     stock, mine, runs = regional_and_stock(exported(Stack(Counted)))
     assert sha256(mine) == sha256(stock)
@@ -212,9 +238,11 @@ def test_calls_the_argument_does_not_cover_run_stock() -> None:
     assert why_stock_call(xnnpack, two, config, None, False) == "2 methods"
     other = {"forward": [AddMulPartitionerDemo()]}
     assert "other than XNNPACK" in str(why_stock_call(other, {"forward": program}, config, None, 0))
-    skipped = EdgeCompileConfig(_skip_dim_order=True)
-    assert "_skip_dim_order" in str(
-        why_stock_call(xnnpack, {"forward": program}, skipped, None, False)
+    optimum = EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True)
+    assert why_stock_call(xnnpack, {"forward": program}, optimum, None, False) is None
+    preserving = EdgeCompileConfig(_skip_dim_order=True, preserve_ops=[torch.ops.aten.silu.default])
+    assert why_stock_call(xnnpack, {"forward": program}, preserving, None, False) == (
+        "EdgeCompileConfig.preserve_ops is not the default"
     )
 
 

@@ -74,12 +74,26 @@ partitioner), field by field:
   emitter writes as methods returning those values); the assembled program's manager is given
   the same object. A template's own stock run is given none: its manager is dropped, only its
   edge program is read.
+- EdgeCompileConfig's `_check_ir_validity` and `_skip_dim_order` (optimum's recipe sets them
+  False and True). Each template's stock run is given a copy of the config, so it is made with
+  the same fields as stock's whole program. `_check_ir_validity` is read only when an
+  EXIREdgeDialectVerifier is instantiated (its `enable`; off, every check returns at once): by
+  the verifier `_generate_edge_program` attaches, by EdgeProgramManager's check and, after
+  partitioning, by to_edge_transform_and_lower's own. A verifier checks and never rewrites; the
+  assembled program's is made from the same config, so it raises where stock's would and keeps
+  silent where stock's does. `_skip_dim_order` leaves MemoryFormatOpsPass out of
+  `_generate_edge_program`: that pass rewrites one `_to_copy`/`clone`/`empty` node into its
+  dim_order op from the node's own kwargs and input value, so per node, and each template is made
+  with it left out as stock's program is. Its other readers are the verifier's `use_dim_order`
+  (which op family a check refuses) and to_executorch's LegalizePortableDimOrderPass, which
+  reads the manager's config: the assembled program's manager is given the same object.
+  `preserve_ops` and a non-empty `_core_aten_ops_exception_list` are not argued (gate).
 
 Gates (each checked; any other case runs ExecuTorch's own function):
 - the validated versions (edge_speedups.validated_versions);
 - one method, no etrecord, no transform passes (they may read any field);
-- only XNNPACK partitioners (lowerd's observed wrapper seen through), the default
-  EdgeCompileConfig;
+- only XNNPACK partitioners (lowerd's observed wrapper seen through), an EdgeCompileConfig whose
+  other fields than `_check_ir_validity` and `_skip_dim_order` are the default;
 - inputs only user inputs, parameters and buffers, outputs only user outputs, weights plain
   tensors, static shapes;
 - every op in aten (or getitem, or in the rest a higher-order op); an in-place op only on a
@@ -142,6 +156,8 @@ _EDGE_META = {
 }
 _INPUT_KINDS = frozenset({"USER_INPUT", "PARAMETER", "BUFFER"})
 _CHECKS = frozenset({"aten._assert_tensor_metadata.default"})
+# EdgeCompileConfig fields the argument covers at any value (the others must be the default).
+_CONFIG_ARGUED = frozenset({"_check_ir_validity", "_skip_dim_order"})
 
 
 @dataclass(frozen=True)
@@ -249,6 +265,8 @@ def why_stock_call(
             return f"a partitioner other than XNNPACK's ({type(inner).__name__})"
     default = EdgeCompileConfig()
     for option in dataclasses.fields(config):
+        if option.name in _CONFIG_ARGUED:
+            continue
         if getattr(config, option.name) != getattr(default, option.name):
             return f"EdgeCompileConfig.{option.name} is not the default"
     return None
