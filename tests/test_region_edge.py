@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from executorch.exir.pass_base import ExportPass, PassResult
 from torch import nn
 
 from lowerd.cache.store import BlobStore
@@ -18,10 +19,11 @@ from lowerd.lowering import edge_speedups
 from lowerd.lowering.build import build_target
 from lowerd.lowering.edge_speedups import EdgeSpeedups
 from lowerd.lowering.region_edge import RegionalEdge, RegionalRun, program_regions, why_stock_call
+from lowerd.lowering.region_passes import why_passes
 from lowerd.project.config import load_config
 
 from helpers import PROJECTS
-from stock import forget_project_modules, importable_copy, sha256, stock_pte
+from stock import call_entry, forget_project_modules, importable_copy, sha256, stock_pte
 
 ENTRY = "models/llama.py:make"
 MUTATION = "not its region's own (aten.add_.Tensor)"
@@ -201,6 +203,68 @@ def test_optimum_s_edge_compile_config_is_generated_by_region() -> None:
     assert sha256(mine) == sha256(stock)
     assert b"_to_copy" in mine and b"_to_dim_order_copy" not in mine  # MemoryFormatOps left out
     assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
+
+
+class Embedded(nn.Module):
+    """An embedding with a padding_idx (RemovePaddingIdxEmbeddingPass drops it) before the
+    layers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(16, 8, padding_idx=0)
+        self.layers = Stack(Plain)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.layers(self.embed(tokens))
+
+
+def optimum_passes() -> Any:
+    """The optimum project's transform passes (tests/projects/optimum/passes.py), as its
+    recipe's written out."""
+    return call_entry(PROJECTS / "optimum", "passes.py:transform_passes")
+
+
+def test_optimum_s_transform_pass_is_generated_by_region() -> None:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    torch.manual_seed(0)
+    program = torch.export.export(Embedded().eval(), (torch.tensor([[0, 3, 5, 0]]),))
+    passes = optimum_passes()
+    stock = to_edge_transform_and_lower(
+        program, transform_passes=passes, partitioner=[XnnpackPartitioner()]
+    )
+    regional = RegionalEdge(passes)
+    with EdgeSpeedups(None).installed(), regional.installed():
+        mine = to_edge_transform_and_lower(
+            program, transform_passes=passes, partitioner=[XnnpackPartitioner()]
+        )
+    assert sha256(bytes(mine.to_executorch().buffer)) == sha256(bytes(stock.to_executorch().buffer))
+    assert regional.runs == [RegionalRun(regions=4, templates=2, stock_because=None)]
+    embedding = [n for n in mine.exported_program().graph.nodes if "embedding" in str(n.target)]
+    assert [len(node.args) for node in embedding] == [2]  # the pass ran: padding_idx dropped
+
+
+class ReadsSeqNr(ExportPass):
+    """A pass that reads a field the assembly leaves the template's."""
+
+    def call(self, graph_module: Any) -> PassResult:
+        for node in graph_module.graph.nodes:
+            node.meta.get("seq_nr")
+        return PassResult(graph_module, False)
+
+
+def test_transform_passes_off_the_allow_list_run_stock() -> None:
+    [optimum] = optimum_passes()
+    assert why_passes(None) is None and why_passes([optimum]) is None
+    assert why_passes({"forward": [optimum]}) is None
+    off = "a transform pass the argument does not cover (ReadsSeqNr)"
+    assert why_passes([optimum, ReadsSeqNr()]) == off
+    assert why_passes({"forward": [ReadsSeqNr()]}) == off
+    optimum.call = ReadsSeqNr().call  # an instance attribute PassBase would call
+    assert why_passes([optimum]) == (
+        "a transform pass the argument does not cover (RemovePaddingIdxEmbeddingPass)"
+    )
 
 
 def test_a_layer_mutating_its_buffer_runs_stock() -> None:

@@ -74,8 +74,9 @@ class PartitionerRoute:
         partitioners = self._observed(ctx, reasons, list(exported.programs), progress)
 
         # Transform passes may read any node field, some of which a regional program only
-        # makes equivalent (lowering/region_edge.py): with them, edge generation is stock's.
-        regional = RegionalEdge() if self.transform_passes is None else None
+        # makes equivalent (lowering/region_edge.py): with passes not on region_passes.py's
+        # allow-list, edge generation is stock's (the run says which).
+        regional = RegionalEdge(self.transform_passes)
 
         def lowering() -> EdgeProgram:
             with edge_speedups(speedups, regional):

@@ -91,7 +91,8 @@ partitioner), field by field:
 
 Gates (each checked; any other case runs ExecuTorch's own function):
 - the validated versions (edge_speedups.validated_versions);
-- one method, no etrecord, no transform passes (they may read any field);
+- one method, no etrecord, no transform passes but region_passes.py's allow-list (they run on
+  the edge program this returns, and may read any field);
 - only XNNPACK partitioners (lowerd's observed wrapper seen through), an EdgeCompileConfig whose
   other fields than `_check_ir_validity` and `_skip_dim_order` are the default;
 - inputs only user inputs, parameters and buffers, outputs only user outputs, weights plain
@@ -130,6 +131,7 @@ from lowerd.lowering.region_assembly import (
     assembled_program,
 )
 from lowerd.lowering.region_cut import Region, cut, regions, structure
+from lowerd.lowering.region_passes import why_passes
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +175,9 @@ class RegionalRun:
 class RegionalEdge:
     """Regional edge generation for one lowering; `runs` records what each call did."""
 
+    # What to_edge_transform_and_lower runs on the edge programs after edge generation
+    # (region_passes.py: only the argued ones let this lowering go by region).
+    transform_passes: Any = None
     runs: list[RegionalRun] = field(default_factory=list)
 
     @property
@@ -211,7 +216,7 @@ class RegionalEdge:
 
     def _generate(self, stock: Any, args: tuple[Any, ...]) -> Any:
         partitioner, aten_programs, config, constant_methods, _ = args
-        why = why_stock_call(*args)
+        why = why_passes(self.transform_passes) or why_stock_call(*args)
         found: list[Region] | None = None
         if why is None:
             [program] = aten_programs.values()
