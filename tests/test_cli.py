@@ -370,6 +370,22 @@ def test_basic_method_reports_are_consistent(cold: Run) -> None:
             assert method["delegated_nodes"] >= delegated
 
 
+def test_each_method_says_which_way_its_edge_generation_ran(cold: Run) -> None:
+    """`--json` names the path per method: two methods are one call of edge generation that
+    the regional argument does not cover, so both went stock's way, with the gate's words."""
+    targets = by_name(cold.json())
+    paths = {
+        (name, method): report["edge_generation"]
+        for name, target in targets.items()
+        for method, report in target["methods"].items()
+    }
+    encode, decode = paths["two_methods", "encode"], paths["two_methods", "decode"]
+    assert encode == decode and encode["path"] == "stock" and encode["reason"], encode
+    assert encode["words"] == f"stock ({encode['reason']})"
+    # None of basic's models has two layers of one structure: each one's gate is named.
+    assert all(p["path"] == "stock" and p["reason"] for p in paths.values()), paths
+
+
 def test_fully_delegated_target(cold: Run) -> None:
     [method] = by_name(cold.json())["tiny_linear"]["methods"].values()
     assert method["coverage"] == 1.0
@@ -530,3 +546,19 @@ def test_examples_options_are_shown_and_equal_the_stock_script(examples: tuple[P
     stock = edge.to_executorch(ExecutorchBackendConfig(extract_delegate_segments=False))
     assert per_op["sha256"] == hashlib.sha256(bytes(stock.buffer)).hexdigest()
     assert per_op["sha256"] != targets["cnn"]["sha256"]
+
+
+def test_verbose_names_each_method_s_edge_generation_path(
+    after_corruption: CorruptRun, basic: Path, basic_cache: Path
+) -> None:
+    """`lowerd build --verbose` says under each method which way its edge generation ran, as the
+    build record keeps it (answered up to date, without torch)."""
+    recorded = by_name(after_corruption.run.json())["two_methods"]["methods"]
+    run = lowerd_without_torch(basic, basic_cache, "build", "--verbose", "two_methods")
+    assert run.returncode == 0, run.log
+    lines = run.stdout.splitlines()
+    for method, report in recorded.items():
+        at = lines.index(f"  {method}: {report['summary']}")
+        assert lines[at + 1] == f"    edge generation: {report['edge_generation']['words']}"
+    quiet = lowerd_without_torch(basic, basic_cache, "build", "two_methods")
+    assert quiet.returncode == 0 and "edge generation" not in quiet.stdout, quiet.log

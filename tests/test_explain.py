@@ -41,6 +41,15 @@ def explain(config: ProjectConfig, name: str) -> list[str]:
     return lines
 
 
+def edge_line(config: ProjectConfig, name: str) -> str:
+    """The line naming the path the last build's edge generation took: for basic's models, which
+    have no layers to go by region, stock's, with the gate's words (region_edge.py's to word)."""
+    [target] = encode(explain_targets(config, [name]))["targets"]
+    generation = target["edge_generation"]["forward"]
+    assert generation["path"] == "stock" and generation["reason"], generation
+    return f"  edge generation of forward: stock ({generation['reason']})"
+
+
 def test_a_first_build_then_an_unchanged_one(project: Path, tmp_path: Path) -> None:
     config = load_config(project / "pyproject.toml")
     assert explain(config, "tiny_linear") == [
@@ -50,6 +59,7 @@ def test_a_first_build_then_an_unchanged_one(project: Path, tmp_path: Path) -> N
     build(config, "tiny_linear", store)
     assert explain(config, "tiny_linear") == [
         "tiny_linear: no earlier build: lowered 1 partition (0 from the cache)",
+        edge_line(config, "tiny_linear"),
         UP_TO_DATE,
     ]
     model = project / "models" / "tiny_linear.py"
@@ -83,6 +93,7 @@ def test_a_weight_edit_names_the_file_the_partition_and_the_weights(
         "  lowered because the exported program changed (forward)",
         f"  models/refused.py changed (lines {first}-{first + 3})",
         f"  XNNPACK #2 (forward, models/refused.py:{fc2}): the weights changed (fc2.bias)",
+        edge_line(config, "refused"),
         UP_TO_DATE,
     ]
     [document] = encode(explain_targets(config, ["refused"]))["targets"]
@@ -109,6 +120,7 @@ def test_a_backend_option_is_a_changed_input(project: Path, tmp_path: Path) -> N
     assert explain(config, "tiny_linear") == [
         "tiny_linear: rebuilt 0 of 1 partition (1 from the cache)",
         '  the target\'s inputs changed: backend options {} → {"xnnpack": {"per_op_mode": true}}',
+        edge_line(config, "tiny_linear"),
         UP_TO_DATE,
     ]
 
@@ -124,6 +136,7 @@ def test_a_miss_with_an_unchanged_key_blames_the_cache(project: Path, tmp_path: 
         "  lowered because asked to lower afresh (reuse off)",
         "  XNNPACK #1 (forward): its key is unchanged: the cache no longer held the blob "
         "(cleared, evicted, or another cache directory)",
+        edge_line(config, "tiny_linear"),
         UP_TO_DATE,
     ]
 
@@ -162,6 +175,7 @@ def test_a_record_of_an_older_lowerd_still_loads(project: Path, tmp_path: Path) 
         "  models/tiny_linear.py changed",  # the old record has no line checksums
         "  XNNPACK #1 (forward): the earlier build's record kept no partitions to compare with "
         "(an older lowerd)",
+        edge_line(config, "tiny_linear"),
         UP_TO_DATE,
     ]
 

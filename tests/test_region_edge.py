@@ -6,6 +6,7 @@ Stock here is tests/stock.py: a plain ExecuTorch run with nothing of lowerd's in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -15,12 +16,17 @@ from executorch.exir.pass_base import ExportPass, PassResult
 from torch import nn
 
 from lowerd.cache.store import BlobStore
+from lowerd.daemon.diagnostics import result_diagnostics, site_of
 from lowerd.lowering import edge_speedups
 from lowerd.lowering.build import build_target
 from lowerd.lowering.edge_speedups import EdgeSpeedups
 from lowerd.lowering.region_edge import RegionalEdge, RegionalRun, program_regions, why_stock_call
 from lowerd.lowering.region_passes import why_passes
 from lowerd.project.config import load_config
+from lowerd.project.edge_generation import EdgeGeneration
+from lowerd.project.explain import explain_targets
+from lowerd.project.result import TargetResult
+from lowerd.project.wire import decode, encode
 
 from helpers import PROJECTS
 from stock import call_entry, forget_project_modules, importable_copy, sha256, stock_pte
@@ -46,7 +52,10 @@ def layers_built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             edited = rebuilt_with_layer_0_plain(root, config, BlobStore(folder / "cache"))
         [regional, again] = seen
         edited["runs"] = again.runs
-        return {"sha256": result.sha256, "stock": stock, "runs": regional.runs, "edited": edited}
+        return {
+            **{"sha256": result.sha256, "stock": stock, "runs": regional.runs, "edited": edited},
+            **{"result": result, "config": config},
+        }
 
 
 def rebuilt_with_layer_0_plain(root: Any, config: Any, store: BlobStore) -> dict[str, Any]:
@@ -320,3 +329,29 @@ def test_other_versions_run_stock(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(edge_speedups, "VALIDATED_VERSIONS", {"torch": "0", "executorch": "0"})
     with RegionalEdge().installed():
         assert _program._gen_edge_manager_for_partitioners is stock
+
+
+def test_the_result_explain_and_the_editor_name_the_regional_path(
+    layers_built: dict[str, Any],
+) -> None:
+    """What ran is in the build's result (`--json`, the build record), `lowerd explain`'s lines
+    and the coverage diagnostic at the entry, not only in the daemon's debug log."""
+    result, config = layers_built["result"], layers_built["config"]
+    regional = EdgeGeneration.regional(regions=6, templates=4)
+    [(method, report)] = result.methods.items()
+    assert report.edge_generation == regional
+    document = json.loads(json.dumps(encode(result)))  # as `--json` prints it
+    written = document["methods"][method]["edge_generation"]
+    assert written == {"path": "regional", "regions": 6, "templates": 4, "words": regional.words}
+    assert decode(TargetResult, document).methods[method].edge_generation == regional
+    # The record is the edited build's (regional too), read back through the record's checks.
+    [explained] = explain_targets(config, ["llama"]).targets
+    assert explained.edge_generation == {method: regional}
+    assert f"  edge generation of {method}: {regional.words}" in explained.lines
+    entry = site_of(result.entry, config.root)
+    assert entry is not None
+    at_entry = result_diagnostics(result, config.root, None, "warning")[entry.path]
+    [coverage] = [
+        d for d in at_entry if d.code == "coverage" and d.range.start.line + 1 == entry.line
+    ]
+    assert f"edge generation: {regional.words}" in coverage.message

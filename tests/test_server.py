@@ -171,6 +171,18 @@ async def test_open_shows_refused_ops_at_their_lines_and_coverage(editor: Editor
         assert coverage.severity == types.DiagnosticSeverity.Information
     assert not editor.at("refused.linear")
     assert all(d.source == "lowerd" for d in editor.diagnostics("models/refused.py"))
+    # The build's details at the entry: which way edge generation ran, and the gate that refused
+    # (this small model has no layers to go by region).
+    [details] = await editor.until(
+        "the edge generation path at the entry",
+        lambda: [
+            d.message
+            for d in editor.at("refused.entry", "coverage")
+            if "edge generation" in d.message
+        ],
+    )
+    assert re.search(r"\nedge generation: stock \(.+\)$", details), details
+    assert all("edge generation" not in d.message for d in editor.at("refused.module", "coverage"))
     # The fully delegated model: coverage only.
     net = editor.diagnostics("models/net.py")
     assert {d.code for d in net} == {"coverage"}

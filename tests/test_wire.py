@@ -16,6 +16,7 @@ from wire_samples import MESSAGES, SAMPLES, target_state
 
 from lowerd.project.build_state import STATE_VERSION, read_record
 from lowerd.project.compare_result import CompareResult
+from lowerd.project.edge_generation import EdgeGeneration
 from lowerd.project.result import TargetResult
 from lowerd.project.wire import WireError, decode, encode
 from lowerd.worker.protocol import WorkerJob
@@ -94,6 +95,30 @@ def test_computed_fields_are_written_never_read() -> None:
     again = encode(decode(TargetResult, document))
     assert again["coverage"] == RECORDED["target_result.built"]["coverage"]
     assert again["methods"]["forward"]["summary"] == RECORDED["method_report"]["summary"]
+
+
+def test_a_method_s_edge_generation_reads_back_and_an_older_report_reads_without_it() -> None:
+    """The recorded method report (written before the field) reads with no path; a written path
+    reads back; a path or count of another kind is refused, naming the field (records are
+    untrusted input)."""
+    recorded = json.loads(text(RECORDED["target_result.built"]))
+    assert "edge_generation" not in recorded["methods"]["forward"]
+    assert decode(TargetResult, recorded).methods["forward"].edge_generation is None
+    for generation in (EdgeGeneration.regional(6, 4), EdgeGeneration.stock("2 methods", 3, 1)):
+        document = json.loads(text(recorded))
+        document["methods"]["forward"]["edge_generation"] = encode(generation)
+        assert decode(TargetResult, document).methods["forward"].edge_generation == generation
+    where = "methods['forward'].edge_generation"
+    for wrong, problem in (
+        ({"path": "by region"}, f"{where}.path: "),
+        ({"path": "regional", "regions": -1}, f"{where}.regions: expected a count >= 0"),
+        ({"path": "stock", "reason": 7}, f"{where}.reason: expected str"),
+    ):
+        document = json.loads(text(recorded))
+        document["methods"]["forward"]["edge_generation"] = wrong
+        with pytest.raises(WireError) as refused:
+            decode(TargetResult, document)
+        assert any(found.startswith(problem) for found in refused.value.problems), refused.value
 
 
 # The build record -------------------------------------------------------------------------------

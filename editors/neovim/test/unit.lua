@@ -51,6 +51,19 @@ test("method_line puts the name before the server's sentence and hint, computing
   equal(report.method_line("g", { ops = 3, ops_delegated = 0, backends = {} }), "g")
 end)
 
+test("edge_generation_line says which way edge generation ran, in the server's words", function()
+  local method = { summary = "2 of 2 ops on XNNPACK in 1 partition (100 %)",
+    edge_generation = { path = "stock", regions = 0, templates = 0, reason = "2 methods",
+      words = "stock (2 methods)" } }
+  equal(report.edge_generation_line("encode", method), "encode: edge generation: stock (2 methods)")
+  local lines = report.module_lines({ targets = { { name = "t", status = "ok",
+    methods = { encode = method } } } })
+  equal(lines[2], "t · encode: edge generation: stock (2 methods)")
+  -- A kept .pte or an older server: no line.
+  equal(report.edge_generation_line("forward", RESULT.targets[1].methods.forward), nil)
+  equal(report.edge_generation_line("forward", { edge_generation = vim.NIL }), nil)
+end)
+
 test("quickfix lists failed targets and ops left on the CPU at their lines", function()
   local items = report.quickfix(RESULT, "/p")
   equal(#items, 3)

@@ -123,6 +123,12 @@ export interface MethodReport {
   /** The method's memory-planned arena and the constants its plan uses; null when unknown. */
   plannedMemoryBytes: number | null;
   constantBytes: number | null;
+  /**
+   * The server's words for which way the method's edge generation ran ("regional (6 regions
+   * from 4 templates)", "stock (2 methods)": the gate that refused); null when the report does
+   * not say (a kept .pte, an older server).
+   */
+  edgeGeneration: string | null;
 }
 
 export interface TargetError {
@@ -319,6 +325,7 @@ export function parseMethod(value: unknown): MethodReport {
     modules: asArray(raw.modules).map(parseModule),
     plannedMemoryBytes: asNullableNumber(raw.planned_memory_bytes),
     constantBytes: asNullableNumber(raw.constant_bytes),
+    edgeGeneration: asNullableString(asRecord(raw.edge_generation).words),
   };
 }
 

@@ -129,6 +129,12 @@ function memoryLine(method: MethodReport): string {
   return parts.length ? `<p class="memory muted">${parts.join(" · ")}</p>` : "";
 }
 
+/** "edge generation: stock (2 methods)": why the method's lowering costs what it does. */
+function edgeGenerationLine(method: MethodReport): string {
+  const words = method.edgeGeneration;
+  return words ? `<p class="edge muted">edge generation: ${escapeHtml(words)}</p>` : "";
+}
+
 function summarizeCache(outcomes: (string | null)[]): string {
   const counts = new Map<string, number>();
   for (const outcome of outcomes) {
@@ -267,6 +273,7 @@ function methodSection(name: string, method: MethodReport): string {
     coverageBar(method) +
     (hint ? `<p class="fixes">${escapeHtml(hint)}</p>` : "") +
     memoryLine(method) +
+    edgeGenerationLine(method) +
     backendTable(method) +
     refusedSection(method) +
     (method.modules.length > 0 ? modulesTable(method.modules) : "") +

@@ -62,6 +62,7 @@ describe("parseReport", () => {
       modules: [],
       plannedMemoryBytes: null,
       constantBytes: null,
+      edgeGeneration: null,
     });
     expect(target.coverage).toBeNull();
     expect(target.sizes).toBeNull(); // an older server's report has no sizes

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 
-import { parseReport } from "../src/report";
+import { parseMethod, parseReport } from "../src/report";
 import { escapeHtml, formatSize, renderReportPage } from "../src/reportHtml";
 import { fixtureReport } from "./fixture";
 
@@ -37,6 +37,18 @@ describe("renderReportPage", () => {
       '<span class="sizes">.pte 4.2 KiB (constants 0 B, delegate blobs 1.4 KiB, delegate weights 576 B)</span>',
     );
     expect(html).toContain('<p class="memory muted">planned memory 192 B · constants 0 B</p>');
+  });
+
+  it("says which way each method's edge generation ran, in the server's words", () => {
+    expect(html).not.toContain('class="edge'); // the fixture's server did not say
+    const report = fixtureReport();
+    const forward = report.targets[0]!.methods.forward!;
+    forward.edgeGeneration = parseMethod({
+      edge_generation: { path: "stock", reason: "2 methods", words: "stock (2 methods) <b>" },
+    }).edgeGeneration;
+    expect(renderReportPage(report, OPTIONS)).toContain(
+      '<p class="edge muted">edge generation: stock (2 methods) &lt;b&gt;</p>',
+    );
   });
 
   it("writes sizes as the CLI does", () => {

@@ -32,7 +32,7 @@ class BuildAsk:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> BuildAsk:
-        view = ReportView(all_ops=args.all_ops, modules=args.modules)
+        view = ReportView(all_ops=args.all_ops, modules=args.modules, verbose=args.verbose)
         return cls(
             args.config,
             tuple(args.targets),

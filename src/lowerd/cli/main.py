@@ -86,7 +86,8 @@ def _add_build(commands: Subcommands) -> None:
         "--verbose",
         "-v",
         action="store_true",
-        help="also show libraries' log records and warnings (LOWERD_LOG_LEVEL=DEBUG)",
+        help="also say how each method's edge generation ran (by region, or stock's and the "
+        "gate that refused) and show libraries' log records and warnings (LOWERD_LOG_LEVEL=DEBUG)",
     )
     build.add_argument(
         "--jobs",

@@ -22,6 +22,7 @@ SHOWN_GROUPS = 6
 class ReportView:
     all_ops: bool = False  # every not-delegated op on a line of its own, not grouped
     modules: bool = False  # the coverage of each module subtree
+    verbose: bool = False  # each method's edge generation: by region, or stock's and why
 
 
 def format_report(document: dict[str, Any], seconds: float, view: ReportView | None = None) -> str:
@@ -52,6 +53,8 @@ def _target_lines(target: dict[str, Any], view: ReportView) -> list[str]:
     lines.extend(summary_lines(target.get("verification")))
     for name, method in target["methods"].items():
         lines.append(f"  {name}: {coverage_text(method)}")
+        if view.verbose and (generation := method.get("edge_generation")):
+            lines.append(f"    edge generation: {generation['words']}")
         if view.modules:
             lines.extend(_module_lines(method.get("modules") or []))
         # A report stored by an older lowerd has no groups: its ops are listed one by one.

@@ -119,7 +119,9 @@ def result_diagnostics(
         summary = coverage_summary(method, report) + note
         module = site_of(result.modules.get(method), root)
         if entry is not None:
-            _add(found, entry, _coverage_diagnostic(entry, f"{target}: {summary}", target, lines))
+            # The build's details at the entry: how its edge generation ran, and why not by region.
+            message = f"{target}: {summary}" + edge_generation_line(report)
+            _add(found, entry, _coverage_diagnostic(entry, message, target, lines))
         if module is not None and module != entry:
             _add(found, module, _coverage_diagnostic(module, summary, target, lines))
         for site, ops in _not_delegated_by_line(report, root, module or entry):
@@ -474,6 +476,12 @@ def _counted(notes: list[str]) -> list[str]:
 def coverage_summary(method: str, report: MethodReport) -> str:
     """ "forward: 231 of 271 ops on XNNPACK in 42 partitions (85 %)": the report's summary."""
     return f"{method}: {report.summary}"
+
+
+def edge_generation_line(report: MethodReport) -> str:
+    """ "\nedge generation: stock (2 methods)"; "" when the report does not say."""
+    generation = report.edge_generation
+    return f"\nedge generation: {generation.words}" if generation is not None else ""
 
 
 def _plural(count: int, noun: str) -> str:

@@ -55,6 +55,8 @@ def lower(ctx: BuildContext, exported: Exported, route: LoweringRoute) -> Lowere
         )
         for name in exported.programs
     }
+    for name, report in reports.items():
+        report.edge_generation = delegated.generation.get(name)
     cache = CacheSummary(preprocess.hits, preprocess.misses, preprocess.rebased)
     partitions = tuple(lowered_partitions(edge, reports, preprocess))
     return Lowered(edge, reports, cache, partitions)

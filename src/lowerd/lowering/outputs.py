@@ -61,7 +61,8 @@ def keep(ctx: BuildContext, state: TargetState, reports: Mapping[str, MethodRepo
     return Written(
         output=state.output.path,
         sha256=state.output.sha256,
-        methods=reports,
+        # No edge generation ran: the last build's path is not this build's.
+        methods={name: report.kept() for name, report in reports.items()},
         data_files=tuple(recorded.data_files),
         sizes=recorded.sizes,  # the same .pte
         cache=CacheSummary(),

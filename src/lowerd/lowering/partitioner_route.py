@@ -29,6 +29,7 @@ from lowerd.lowering.route import (
 from lowerd.lowering.stages import BuildContext, Exported
 from lowerd.lowering.user_lowering import load_partitioners, load_transform_passes
 from lowerd.project.backends import BACKENDS, Backend
+from lowerd.project.edge_generation import EdgeGeneration
 from lowerd.project.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
@@ -88,7 +89,8 @@ class PartitionerRoute:
                     compile_config=settings.compile_config(),
                     generate_etrecord=settings.generate_etrecord,
                 )
-            return EdgeProgram(edge, reasons)
+            methods = list(exported.programs)
+            return EdgeProgram(edge, reasons, edge_generation(regional, methods))
 
         return lowering
 
@@ -127,6 +129,20 @@ def edge_speedups(speedups: EdgeSpeedups, regional: RegionalEdge | None = None) 
         regional.installed() if regional is not None else nullcontext(),
     ):
         yield
+
+
+def edge_generation(regional: RegionalEdge, methods: list[str]) -> dict[str, EdgeGeneration]:
+    """Per method, which way edge generation ran: the last run regional generation recorded
+    (one call generates every method, so each method gets that call's), its reason the gate's
+    words as region_edge.py gives them; none when it recorded no run."""
+    if not regional.runs:
+        return {}
+    run = regional.runs[-1]
+    if run.stock_because is None:
+        generation = EdgeGeneration.regional(run.regions, run.templates)
+    else:
+        generation = EdgeGeneration.stock(run.stock_because, run.regions, run.templates)
+    return dict.fromkeys(methods, generation)
 
 
 def observed_partitioners(

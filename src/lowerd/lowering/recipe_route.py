@@ -16,9 +16,18 @@ from typing import Any
 from lowerd.lowering.partitioner_route import display_of, edge_speedups, observed_partitioners
 from lowerd.lowering.reasons import PartitionReasons
 from lowerd.lowering.recipe import at_recipe
-from lowerd.lowering.route import EdgeProgram, EdgeSettings, Lowering, LoweringProgress
+from lowerd.lowering.route import (
+    EdgeProgram,
+    EdgeSettings,
+    Lowering,
+    LoweringProgress,
+    stock_edge_generation,
+)
 from lowerd.lowering.stages import BuildContext, Exported
 from lowerd.project.errors import LoweringError
+
+# Why its edge generation is stock's: regional generation is installed on the partitioner route.
+RECIPE_STOCK = "a recipe target: ExecuTorch's recipe stages generate the edge program"
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,7 @@ class RecipeRoute:
                 transform = EdgeProgramManagerTransformStage.from_recipe(recipe)
                 transform.run(artifact)
                 artifact = transform.get_artifacts()
-            return EdgeProgram(artifact.data, reasons)
+            generation = stock_edge_generation(exported.programs, RECIPE_STOCK)
+            return EdgeProgram(artifact.data, reasons, generation)
 
         return lowering

@@ -190,7 +190,9 @@ class RegionalEdge:
         exit (open it inside EdgeSpeedups.installed(), whose replay skipping then applies to
         each template's stock run)."""
         if not validated_versions():
-            log.debug("stock edge generation: torch/ExecuTorch are not the validated versions")
+            why = "torch/ExecuTorch are not the validated versions"
+            self.runs.append(RegionalRun(0, 0, why))
+            log.debug("stock edge generation: %s", why)
             yield self
             return
         from executorch.exir.program import _program

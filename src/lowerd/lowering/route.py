@@ -14,14 +14,15 @@ an edge program with its delegates, and says which backends its reports name.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from lowerd.lowering.reasons import PartitionReasons
 from lowerd.lowering.stages import BuildContext, Exported
 from lowerd.project.backends import backend_by_details_class
 from lowerd.project.config import TargetConfig
+from lowerd.project.edge_generation import EdgeGeneration
 from lowerd.project.lowering_options import ConstantMethods, Options
 
 
@@ -53,6 +54,13 @@ class EdgeProgram:
 
     edge: Any
     reasons: PartitionReasons
+    # Per method, which way edge generation ran (empty: the route does not say).
+    generation: Mapping[str, EdgeGeneration] = field(default_factory=dict)
+
+
+def stock_edge_generation(methods: Iterable[str], reason: str) -> dict[str, EdgeGeneration]:
+    """Every method's edge generation stock's, for `reason` (a route that never goes by region)."""
+    return {name: EdgeGeneration.stock(reason) for name in methods}
 
 
 class LoweringProgress:

@@ -88,7 +88,8 @@ def keep_same_source(
     moved, node_lines = moves.moved(earlier.report), moves.node_lines(earlier.method_lines)
     if moved is None or node_lines is None:
         return None
-    result = replace(moved, seconds=ctx.seconds(), cache=CacheSummary(), memo={})
+    methods = {name: report.kept() for name, report in moved.methods.items()}
+    result = replace(moved, seconds=ctx.seconds(), cache=CacheSummary(), memo={}, methods=methods)
     result = replace(result, reused=SAME_SOURCE)
     with writing_in_out_dir(ctx.config, state_path(ctx.config, ctx.target), "build record"):
         _record(ctx, earlier, edits, result, node_lines)

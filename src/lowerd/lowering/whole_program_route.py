@@ -21,11 +21,15 @@ from lowerd.lowering.route import (
     Lowering,
     LoweringProgress,
     backend_display,
+    stock_edge_generation,
 )
 from lowerd.lowering.stages import BuildContext, Exported
 from lowerd.project.errors import LoweringError
 from lowerd.project.lowering_options import WholeProgram
 from lowerd.project.method import Method
+
+# Why its edge generation is stock's: to_edge, not the partitioner route regional generation joins.
+WHOLE_PROGRAM_STOCK = "whole_program lowers by to_edge"
 
 
 class Composite(torch.nn.Module):
@@ -89,7 +93,8 @@ class WholeProgramRoute:
                 compile_config=settings.compile_config(),
                 generate_etrecord=settings.generate_etrecord,
             )
-            return EdgeProgram(whole, PartitionReasons())
+            generation = stock_edge_generation(exported.programs, WHOLE_PROGRAM_STOCK)
+            return EdgeProgram(whole, PartitionReasons(), generation)
 
         return lowering
 

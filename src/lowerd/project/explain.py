@@ -14,6 +14,7 @@ from pathlib import Path
 
 from lowerd.project.build_state import TargetState, read_state, why_out_of_date
 from lowerd.project.config import ProjectConfig, TargetConfig, select_targets
+from lowerd.project.edge_generation import EdgeGeneration
 from lowerd.project.errors import ConfigError
 from lowerd.project.explain_document import (
     ExplainAnswer,
@@ -123,7 +124,16 @@ def _with_build(
         inputs=[ExplainedInput(**vars(i), words=input_words(i)) for i in rebuild.inputs],
         sources=[ExplainedSource(**vars(s), words=source_words(s)) for s in rebuild.sources],
         partitions=[_explained(p, rebuild.earlier_build) for p in partitions],
+        edge_generation=_edge_generation(state) if not rebuild.kept else None,
     )
+
+
+def _edge_generation(state: TargetState) -> dict[str, EdgeGeneration] | None:
+    """Which way each method's edge generation ran, as the record's report says; None when it
+    does not say (a record of an older lowerd)."""
+    methods = state.report.methods
+    paths = {name: m.edge_generation for name, m in methods.items() if m.edge_generation}
+    return paths or None
 
 
 def _explained(partition: PartitionFacts, earlier_build: bool) -> ExplainedPartition:
@@ -162,6 +172,8 @@ def _lines(explained: ExplainedTarget) -> list[str]:
         if explained.earlier_build:
             lowered = [p for p in explained.partitions or [] if p.cache in LOWERED]
             lines += [f"  {p.label}: {p.words}" for p in lowered]
+        for method, generation in (explained.edge_generation or {}).items():
+            lines.append(f"  edge generation of {method}: {generation.words}")
     if explained.status == "up to date":
         lines.append("  up to date: nothing it read or wrote has changed since")
     elif explained.status == "out of date":

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lowerd.project.edge_generation import EdgeGeneration
 from lowerd.project.key_summary import KeySummary
 from lowerd.project.rebuild_record import InputChange, SourceChange
 from lowerd.project.wire import wire_field, wire_shape
@@ -92,6 +93,8 @@ class ExplainedTarget:
     partitions: list[ExplainedPartition | LoweredPartition] | None = field(
         default=None, metadata=_ONLY_GIVEN
     )
+    # Per method, which way its edge generation ran: only when the build lowered and says.
+    edge_generation: dict[str, EdgeGeneration] | None = field(default=None, metadata=_ONLY_GIVEN)
     lines: list[str] = field(default_factory=list)
 
 

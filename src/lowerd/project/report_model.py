@@ -4,9 +4,10 @@ report can be stored, reloaded and shown by processes that never lower anything.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from lowerd.project.edge_generation import EdgeGeneration
 from lowerd.project.method_graph import MethodGraph
 from lowerd.project.record_check import partition_sources_problem
 from lowerd.project.wire import wire_field, wire_shape
@@ -229,6 +230,12 @@ class MethodReport:
     # Every op and the data flow between them, coloured by partition (project/method_graph.py):
     # what `lowerd report --html` draws. None in the partitioned report and older records.
     graph: MethodGraph | None = None
+    # Which way edge generation ran (project/edge_generation.py): by region, or stock's and the
+    # gate that refused. None in a partitioned or kept report (no edge generation of its own)
+    # and in older records (and then not written).
+    edge_generation: EdgeGeneration | None = field(
+        default=None, metadata=wire_field(omit_none=True)
+    )
 
     def coverage_facts(self) -> Coverage:
         return coverage_of(
@@ -252,6 +259,10 @@ class MethodReport:
     def fixes_hint(self) -> str | None:
         """ "3 fixes would make this 1 partition", or None."""
         return self.coverage_facts().fixes_hint
+
+    def kept(self) -> MethodReport:
+        """This report for a build that kept its .pte: no edge generation ran in it."""
+        return replace(self, edge_generation=None)
 
     def with_lines_moved(self, moves: dict[tuple[str, int], tuple[str, int]]) -> MethodReport:
         """The user's lines moved to where the code is now; library lines stay where they are."""

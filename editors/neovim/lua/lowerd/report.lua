@@ -35,6 +35,15 @@ function M.method_line(name, method)
   return type(hint) == "string" and (line .. "; " .. hint) or line
 end
 
+-- "forward: edge generation: stock (2 methods)": the server's words for which way the method's
+-- edge generation ran (by region, or stock's and the gate that refused); nil when the report
+-- does not say (a kept .pte, an older server).
+function M.edge_generation_line(name, method)
+  local generation = value(method.edge_generation)
+  local words = type(generation) == "table" and value(generation.words) or nil
+  return type(words) == "string" and (name .. ": edge generation: " .. words) or nil
+end
+
 -- A byte count as the CLI writes it (cache/location.py format_size): "512 B", "1.5 KiB".
 function M.format_size(bytes)
   local units = { "B", "KiB", "MiB", "GiB", "TiB" }
@@ -229,6 +238,10 @@ function M.module_lines(result)
     for _, name in ipairs(sorted_keys(target.methods)) do
       local method = target.methods[name]
       table.insert(lines, target.name .. " · " .. M.method_line(name, method))
+      local generation = M.edge_generation_line(name, method)
+      if generation then
+        table.insert(lines, target.name .. " · " .. generation)
+      end
       local modules = value(method.modules) or {}
       local listed = {}
       for _, module in ipairs(modules) do
