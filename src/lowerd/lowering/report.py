@@ -1,20 +1,22 @@
 """The delegation report of one lowered method: what runs on which backend, what stays, and why.
 
-Counted two ways. `delegated_nodes`, `non_delegated_nodes` and `subgraphs` come from ExecuTorch's
-own get_delegation_info, so they agree with its tool. `ops`, `ops_delegated` and `coverage` leave
-out bookkeeping nodes (getitem, symbolic sizes, asserts) that get_delegation_info counts as
-non-delegated although no backend could ever take them.
+Counted two ways. `delegated_nodes`, `non_delegated_nodes` and `subgraphs` are counted as
+ExecuTorch's own get_delegation_info counts them, so they agree with its tool (tests/test_report.py
+compares the two); not by calling it, as its module imports pandas, and with it the whole of
+executorch.devtools: ~0.9 CPU s in every process that builds. `ops`, `ops_delegated` and
+`coverage` leave out bookkeeping nodes (getitem, symbolic sizes, asserts) that
+get_delegation_info counts as non-delegated although no backend could ever take them.
 """
 
 from __future__ import annotations
 
 import operator
+import re
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
 import torch
-from executorch.devtools.backend_debug import get_delegation_info
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 
 from lowerd.lowering.module_coverage import (
@@ -68,6 +70,25 @@ def is_bookkeeping(node: torch.fx.Node) -> bool:
     )
 
 
+def _delegation_counts(graph_module: torch.fx.GraphModule) -> tuple[int, int, int]:
+    """(delegated nodes, non-delegated nodes, delegated subgraphs) as get_delegation_info counts
+    them: every call_function node of the method outside the delegate calls, by node name as it
+    goes, and of each `lowered_module_*` attribute's original graph."""
+    delegated = non_delegated = subgraphs = 0
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and _op_type(node.name) != "executorch_call_delegate":
+            non_delegated += 1
+        if node.op == "get_attr" and node.name.startswith("lowered_module_"):
+            subgraphs += 1
+            original = getattr(graph_module, node.name).original_module.graph.nodes
+            delegated += sum(1 for inner in original if inner.op == "call_function")
+    return delegated, non_delegated, subgraphs
+
+
+def _op_type(node_name: str) -> str:
+    return re.sub(r"_[\d]+$", "", node_name)
+
+
 def method_report(
     graph_module: torch.fx.GraphModule,
     user_files: UserFiles,
@@ -76,11 +97,11 @@ def method_report(
     backend_names: list[str],
 ) -> MethodReport:
     """The report of a lowered method, counted on ExecuTorch's lowered graph."""
-    info = get_delegation_info(graph_module)
+    delegated, non_delegated, subgraphs = _delegation_counts(graph_module)
     report = MethodReport(
-        delegated_nodes=info.num_delegated_nodes,
-        non_delegated_nodes=info.num_non_delegated_nodes,
-        subgraphs=info.num_delegated_subgraphs,
+        delegated_nodes=delegated,
+        non_delegated_nodes=non_delegated,
+        subgraphs=subgraphs,
         ops=0,
         ops_delegated=0,
         coverage=0.0,
