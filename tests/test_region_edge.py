@@ -276,6 +276,25 @@ def test_transform_passes_off_the_allow_list_run_stock() -> None:
     )
 
 
+def test_each_method_is_generated_on_its_own() -> None:
+    """Prefill and decode by region, each from its own template; the token embedding (no layers)
+    by ExecuTorch's function on it alone."""
+    torch.manual_seed(0)
+    embedding = torch.export.export(nn.Embedding(16, 8).eval(), (torch.tensor([[1, 2]]),))
+    programs = {
+        "prefill": exported(Stack(Plain)),
+        "decode": torch.export.export(Stack(Plain).eval(), (torch.randn(1, 8),)),
+        "token_embedding": embedding,
+    }
+    stock, mine, runs = regional_and_stock(programs)
+    assert sha256(mine) == sha256(stock)
+    assert runs == [
+        RegionalRun(3, 1, None, ("prefill",)),
+        RegionalRun(3, 1, None, ("decode",)),
+        RegionalRun(0, 0, "no two layers of one structure", ("token_embedding",)),
+    ]
+
+
 def test_a_layer_mutating_its_buffer_runs_stock() -> None:
     stock, mine, runs = regional_and_stock(exported(Stack(Counted)))
     assert sha256(mine) == sha256(stock)
@@ -308,7 +327,7 @@ def test_calls_the_argument_does_not_cover_run_stock() -> None:
     assert why_stock_call(xnnpack, {"forward": program}, config, None, True) is not None
     assert why_stock_call(xnnpack, {"forward": program}, config, {"n": 1}, False) is None
     two = {"forward": program, "other": program}
-    assert why_stock_call(xnnpack, two, config, None, False) == "2 methods"
+    assert why_stock_call(xnnpack, two, config, None, False) == "no partitioner for other"
     other = {"forward": [AddMulPartitionerDemo()]}
     assert "other than XNNPACK" in str(why_stock_call(other, {"forward": program}, config, None, 0))
     optimum = EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True)

@@ -88,11 +88,21 @@ partitioner), field by field:
   (which op family a check refuses) and to_executorch's LegalizePortableDimOrderPass, which
   reads the manager's config: the assembled program's manager is given the same object.
   `preserve_ops` and a non-empty `_core_aten_ops_exception_list` are not argued (gate).
+- More than one method (prefill/decode; a multimodal program's text_decoder, token_embedding):
+  stock's loop makes each method's edge program from that method's aten program and
+  partitioners alone; what it shares is the config, read only as the fields above (and
+  `preserve_ops`, only for a method without partitioners: gate) and written only after the
+  loop, when every method's preserved ops join its exception list (each method's verifier was
+  made from the list as it was before). So each method is generated on its own: by region where
+  its gates hold, with its own templates; otherwise by ExecuTorch's function called on that
+  method alone with a copy of the config. The manager is made from the methods in stock's order
+  with the union of their preserved ops, after which the config's list gains that union. When no
+  method goes by region, the call is stock's as a whole.
 
 Gates (each checked; any other case runs ExecuTorch's own function):
 - the validated versions (edge_speedups.validated_versions);
-- one method, no etrecord, no transform passes but region_passes.py's allow-list (they run on
-  the edge program this returns, and may read any field);
+- no etrecord, no transform passes but region_passes.py's allow-list (they run on the edge
+  program this returns, and may read any field), an XNNPACK partitioner for every method;
 - only XNNPACK partitioners (lowerd's observed wrapper seen through), an EdgeCompileConfig whose
   other fields than `_check_ir_validity` and `_skip_dim_order` are the default;
 - inputs only user inputs, parameters and buffers, outputs only user outputs, weights plain
@@ -105,8 +115,9 @@ Gates (each checked; any other case runs ExecuTorch's own function):
   each layer template's edge program (checked after it is made: NotLocal);
 - regions contiguous, and at least two layers of one structure (otherwise no gain).
 tests/test_region_edge.py compares the bytes with the stock script's for a Llama edited at the
-first, a middle and the last layer, with scaled weights and an op XNNPACK refuses, and checks
-that the gates fall back.
+first, a middle and the last layer, with scaled weights and an op XNNPACK refuses; for tiny
+stacks with optimum's constant methods, EdgeCompileConfig and transform pass, and with three
+methods; and checks that the gates fall back.
 """
 
 from __future__ import annotations
@@ -164,11 +175,13 @@ _CONFIG_ARGUED = frozenset({"_check_ir_validity", "_skip_dim_order"})
 
 @dataclass(frozen=True)
 class RegionalRun:
-    """One call of edge generation while installed: regional, or stock and why."""
+    """One method's edge generation while installed (or one call's, refused as a whole):
+    regional, or stock and why."""
 
     regions: int
     templates: int
     stock_because: str | None  # None: the program was assembled
+    methods: tuple[str, ...] = ("forward",)  # the method it generated (all: a refused call)
 
 
 @dataclass
@@ -218,37 +231,87 @@ class RegionalEdge:
 
     def _generate(self, stock: Any, args: tuple[Any, ...]) -> Any:
         partitioner, aten_programs, config, constant_methods, _ = args
+        names = tuple(aten_programs)
         why = why_passes(self.transform_passes) or why_stock_call(*args)
-        found: list[Region] | None = None
-        if why is None:
-            [program] = aten_programs.values()
-            found, why = program_regions(program)
-        if why is not None or found is None:
-            return self._stock(stock, args, why or "no regions", 0, 0)
-        [(name, program)] = aten_programs.items()
-        try:
-            templates, keys = _templates(stock, program, found, config, partitioner[name])
-        except NotLocal as error:
-            return self._stock(stock, args, str(error), len(found), 0)
-        try:
-            edge, preserved = _assembled(program, found, templates, keys, config)
-        except NotLocal as error:
-            return self._stock(stock, args, str(error), len(found), len(templates))
+        if why is not None:
+            return self._stock(stock, args, [RegionalRun(0, 0, why, names)])
+        edges: dict[str, Any] = {}
+        preserved: set[Any] = set()
+        runs = []
+        for name, program in aten_programs.items():
+            run, edge, kept = self._method(stock, name, program, config, partitioner[name])
+            runs.append(run)
+            edges[name], preserved = edge, preserved | set(kept)
+        if all(run.stock_because is not None for run in runs):
+            return self._stock(stock, args, runs)
+        for name, run in zip(names, runs, strict=True):
+            if run.stock_because is not None:  # this method alone, as stock's loop makes it
+                edges[name], kept = _stock_method(stock, name, edges[name], config, partitioner)
+                preserved |= set(kept)
         from executorch.exir.program._program import EdgeProgramManager
 
+        self.runs.extend(runs)
+        for run in runs:
+            if run.stock_because is None:
+                log.debug(
+                    "regional edge generation: %d regions from %d templates (%s)",
+                    run.regions,
+                    run.templates,
+                    run.methods[0],
+                )
+            else:
+                log.debug("stock edge generation of %s: %s", run.methods[0], run.stock_because)
+        # As stock's: every method's preserved ops join the config's exception list after all
+        # were generated (each method's verifier was made before, from the list as it was).
         config._core_aten_ops_exception_list = list(
-            set(config._core_aten_ops_exception_list) | set(preserved)
+            set(config._core_aten_ops_exception_list) | preserved
         )
-        self.runs.append(RegionalRun(len(found), len(templates), None))
-        log.debug(
-            "regional edge generation: %d regions from %d templates", len(found), len(templates)
-        )
-        return EdgeProgramManager({name: edge}, constant_methods, config, preserved)
+        kept_ops = sorted(preserved, key=str)
+        return EdgeProgramManager(edges, constant_methods, config, kept_ops)
 
-    def _stock(self, stock: Any, args: tuple[Any, ...], why: str, found: int, made: int) -> Any:
-        self.runs.append(RegionalRun(found, made, why))
-        log.debug("stock edge generation: %s", why)
+    def _method(
+        self, stock: Any, name: str, program: Any, config: Any, partitioners: list[Any]
+    ) -> tuple[RegionalRun, Any, list[Any]]:
+        """One method's edge program assembled and the ops it preserved; or, with why not, the
+        aten program back."""
+        found, why = program_regions(program)
+        if why is not None or found is None:
+            return RegionalRun(0, 0, why or "no regions", (name,)), program, []
+        try:
+            templates, keys = _templates(stock, program, found, config, partitioners)
+        except NotLocal as error:
+            return RegionalRun(len(found), 0, str(error), (name,)), program, []
+        try:
+            edge, kept = _assembled(program, found, templates, keys, config)
+        except NotLocal as error:
+            return RegionalRun(len(found), len(templates), str(error), (name,)), program, []
+        return RegionalRun(len(found), len(templates), None, (name,)), edge, kept
+
+    def _stock(self, stock: Any, args: tuple[Any, ...], runs: list[RegionalRun]) -> Any:
+        self.runs.extend(runs)
+        for run in runs:
+            log.debug("stock edge generation: %s", run.stock_because)
         return stock(*args)
+
+
+def _own_config(config: Any) -> Any:
+    """A copy of the config for one stock run: that run adds the ops it preserved to its own
+    exception list, not to the lowering's."""
+    own = copy.copy(config)
+    own._core_aten_ops_exception_list = list(config._core_aten_ops_exception_list)
+    return own
+
+
+def _stock_method(
+    stock: Any, name: str, program: Any, config: Any, partitioner: Any
+) -> tuple[Any, list[Any]]:
+    """One method's edge program by ExecuTorch's own function called on it alone, with a copy
+    of the config (its verifier is made from the exception list as stock's loop has it), and
+    the ops it preserved."""
+    own = _own_config(config)
+    manager = stock({name: partitioner[name]}, {name: program}, own, None)
+    added = set(own._core_aten_ops_exception_list) - set(config._core_aten_ops_exception_list)
+    return manager.exported_program(name), sorted(added, key=str)
 
 
 def why_stock_call(
@@ -260,16 +323,14 @@ def why_stock_call(
 
     if etrecord:
         return "an etrecord is asked for"
-    if len(programs) != 1:
-        return f"{len(programs)} methods"
-    [name] = programs
-    partitioners = list((partitioner or {}).get(name) or [])
-    if not partitioners:
-        return "no partitioner"
-    for each in partitioners:
-        inner = getattr(each, "inner", each)
-        if type(inner) is not XnnpackPartitioner:
-            return f"a partitioner other than XNNPACK's ({type(inner).__name__})"
+    for name in programs:
+        partitioners = list((partitioner or {}).get(name) or [])
+        if not partitioners:
+            return f"no partitioner for {name}"
+        for each in partitioners:
+            inner = getattr(each, "inner", each)
+            if type(inner) is not XnnpackPartitioner:
+                return f"a partitioner other than XNNPACK's ({type(inner).__name__})"
     default = EdgeCompileConfig()
     for option in dataclasses.fields(config):
         if option.name in _CONFIG_ARGUED:
@@ -387,8 +448,7 @@ def _templates(
         keys.append(key)
         if key in by_structure:
             continue
-        own = copy.copy(config)
-        own._core_aten_ops_exception_list = list(config._core_aten_ops_exception_list)
+        own = _own_config(config)
         alone = cut(program, region)
         try:
             manager = stock({"forward": partitioners}, {"forward": alone}, own, None)
