@@ -141,22 +141,26 @@ def exported(model: nn.Module, **options: Any) -> Any:
 
 
 def regional_and_stock(
-    program: Any, options: Callable[[], dict[str, Any]] = dict
+    program: Any, options: Callable[[], dict[str, Any]] = dict, edges: list[Any] | None = None
 ) -> tuple[bytes, bytes, list[RegionalRun]]:
     """The program lowered with XNNPACK by ExecuTorch as it is, and again with regional edge
-    generation installed inside the replay skipping (as lowerd installs them); `options` makes
-    to_edge_transform_and_lower's other arguments afresh for each (it adds to the config)."""
+    generation installed inside the replay skipping (as lowerd installs them, given the same
+    transform passes); `options` makes to_edge_transform_and_lower's other arguments afresh for
+    each (it adds to the config); `edges` gets the regional lowering's manager."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    def lowered() -> bytes:
-        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()], **options())
+    def lowered(options: dict[str, Any]) -> bytes:
+        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()], **options)
+        if edges is not None:
+            edges.append(edge)
         return bytes(edge.to_executorch().buffer)
 
-    stock = lowered()
-    regional = RegionalEdge()
+    stock = lowered(options())
+    mine_options = options()
+    regional = RegionalEdge(mine_options.get("transform_passes"))
     with EdgeSpeedups(None).installed(), regional.installed():
-        mine = lowered()
+        mine = lowered(mine_options)
     return stock, mine, regional.runs
 
 
@@ -168,14 +172,6 @@ def test_repeated_layers_without_an_llama_are_generated_by_region() -> None:
 
 # Part of optimum's save_config_to_constant_methods (get_head_dim is a float).
 CONSTANT_METHODS = {"get_max_seq_len": 64, "use_kv_cache": True, "get_head_dim": 16.0}
-
-
-def test_constant_methods_are_passed_on_by_the_regional_path() -> None:
-    program = exported(Stack(Plain))
-    stock, mine, runs = regional_and_stock(program, lambda: {"constant_methods": CONSTANT_METHODS})
-    assert sha256(mine) == sha256(stock)
-    assert all(name.encode() in mine for name in CONSTANT_METHODS)  # as methods of the .pte
-    assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
 
 
 def test_constant_methods_with_an_etrecord_run_stock() -> None:
@@ -200,28 +196,14 @@ class Converted(nn.Module):
         return torch.relu(self.linear(x)).to(torch.float64).to(torch.float32)
 
 
-def test_optimum_s_edge_compile_config_is_generated_by_region() -> None:
-    from executorch.exir import EdgeCompileConfig
-
-    def optimum() -> dict[str, Any]:
-        config = EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True)
-        return {"compile_config": config}
-
-    program = exported(Stack(Converted))
-    stock, mine, runs = regional_and_stock(program, optimum)
-    assert sha256(mine) == sha256(stock)
-    assert b"_to_copy" in mine and b"_to_dim_order_copy" not in mine  # MemoryFormatOps left out
-    assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
-
-
 class Embedded(nn.Module):
-    """An embedding with a padding_idx (RemovePaddingIdxEmbeddingPass drops it) before the
-    layers."""
+    """An embedding with a padding_idx (RemovePaddingIdxEmbeddingPass drops it) before layers
+    that convert dtypes."""
 
     def __init__(self) -> None:
         super().__init__()
         self.embed = nn.Embedding(16, 8, padding_idx=0)
-        self.layers = Stack(Plain)
+        self.layers = Stack(Converted)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.layers(self.embed(tokens))
@@ -233,24 +215,28 @@ def optimum_passes() -> Any:
     return call_entry(PROJECTS / "optimum", "passes.py:transform_passes")
 
 
-def test_optimum_s_transform_pass_is_generated_by_region() -> None:
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
+def test_optimum_s_program_level_settings_are_generated_by_region() -> None:
+    """Its constant methods, EdgeCompileConfig and transform pass, together: the .pte is the
+    stock script's, by region, and each setting did what it does."""
+    from executorch.exir import EdgeCompileConfig
+
+    def optimum() -> dict[str, Any]:
+        return {
+            "constant_methods": CONSTANT_METHODS,
+            "compile_config": EdgeCompileConfig(_check_ir_validity=False, _skip_dim_order=True),
+            "transform_passes": optimum_passes(),
+        }
 
     torch.manual_seed(0)
     program = torch.export.export(Embedded().eval(), (torch.tensor([[0, 3, 5, 0]]),))
-    passes = optimum_passes()
-    stock = to_edge_transform_and_lower(
-        program, transform_passes=passes, partitioner=[XnnpackPartitioner()]
-    )
-    regional = RegionalEdge(passes)
-    with EdgeSpeedups(None).installed(), regional.installed():
-        mine = to_edge_transform_and_lower(
-            program, transform_passes=passes, partitioner=[XnnpackPartitioner()]
-        )
-    assert sha256(bytes(mine.to_executorch().buffer)) == sha256(bytes(stock.to_executorch().buffer))
-    assert regional.runs == [RegionalRun(regions=4, templates=2, stock_because=None)]
-    embedding = [n for n in mine.exported_program().graph.nodes if "embedding" in str(n.target)]
+    edges: list[Any] = []
+    stock, mine, runs = regional_and_stock(program, optimum, edges)
+    assert sha256(mine) == sha256(stock)
+    assert runs == [RegionalRun(regions=4, templates=2, stock_because=None)]
+    assert all(name.encode() in mine for name in CONSTANT_METHODS)  # as methods of the .pte
+    assert b"_to_copy" in mine and b"_to_dim_order_copy" not in mine  # MemoryFormatOps left out
+    graph = edges[-1].exported_program().graph
+    embedding = [node for node in graph.nodes if "embedding" in str(node.target)]
     assert [len(node.args) for node in embedding] == [2]  # the pass ran: padding_idx dropped
 
 

@@ -65,7 +65,7 @@ def why_passes(passes: Any) -> str | None:
         return f"transform passes given as a {type(passes).__name__}"
     for each in listed:
         if not _covered(each):
-            name = getattr(type(each), "__name__", type(each))
+            name = getattr(each, "__name__", None) or type(each).__name__  # a function: its own
             return f"a transform pass the argument does not cover ({name})"
     return None
 
@@ -87,14 +87,14 @@ def _covered(each: Any) -> bool:
 
 
 def _same_code(mine: Any, theirs: Any) -> bool:
-    """The two functions run the same: bytecode, constants, names, no defaults, and each global
-    they name bound to one object (a builtin included)."""
+    """The two functions run the same: bytecode, constants (of one type: 1 == True), names, no
+    defaults, and each global they name bound to one object (a builtin included)."""
     if not isinstance(mine, FunctionType) or not isinstance(theirs, FunctionType):
         return False
     a, b = mine.__code__, theirs.__code__
     same = (
         a.co_code == b.co_code
-        and a.co_consts == b.co_consts
+        and [(type(c), c) for c in a.co_consts] == [(type(c), c) for c in b.co_consts]
         and a.co_names == b.co_names
         and a.co_varnames == b.co_varnames
         and a.co_freevars == b.co_freevars
