@@ -132,17 +132,19 @@ def edge_speedups(speedups: EdgeSpeedups, regional: RegionalEdge | None = None) 
 
 
 def edge_generation(regional: RegionalEdge, methods: list[str]) -> dict[str, EdgeGeneration]:
-    """Per method, which way edge generation ran: the last run regional generation recorded
-    (one call generates every method, so each method gets that call's), its reason the gate's
-    words as region_edge.py gives them; none when it recorded no run."""
-    if not regional.runs:
-        return {}
-    run = regional.runs[-1]
-    if run.stock_because is None:
-        generation = EdgeGeneration.regional(run.regions, run.templates)
-    else:
-        generation = EdgeGeneration.stock(run.stock_because, run.regions, run.templates)
-    return dict.fromkeys(methods, generation)
+    """Per method, which way edge generation ran: the last run regional generation recorded for
+    it (a method's own, or its call's when the call was refused as a whole), its reason the
+    gate's words as region_edge.py gives them; none for a method it recorded no run of."""
+    generations: dict[str, EdgeGeneration] = {}
+    for run in regional.runs:
+        if run.stock_because is None:
+            generation = EdgeGeneration.regional(run.regions, run.templates)
+        else:
+            generation = EdgeGeneration.stock(run.stock_because, run.regions, run.templates)
+        for method in run.methods or methods:  # none named: every method
+            if method in methods:
+                generations[method] = generation
+    return generations
 
 
 def observed_partitioners(

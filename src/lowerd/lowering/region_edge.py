@@ -181,7 +181,8 @@ class RegionalRun:
     regions: int
     templates: int
     stock_because: str | None  # None: the program was assembled
-    methods: tuple[str, ...] = ("forward",)  # the method it generated (all: a refused call)
+    # The method it generated, or a refused call's methods (none named: every method).
+    methods: tuple[str, ...] = ("forward",)
 
 
 @dataclass
@@ -204,7 +205,7 @@ class RegionalEdge:
         each template's stock run)."""
         if not validated_versions():
             why = "torch/ExecuTorch are not the validated versions"
-            self.runs.append(RegionalRun(0, 0, why))
+            self.runs.append(RegionalRun(0, 0, why, ()))
             log.debug("stock edge generation: %s", why)
             yield self
             return
