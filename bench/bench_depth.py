@@ -310,31 +310,37 @@ class Depth:
         self.runs: dict[str, dict[str, Any]] = {}
 
     def measure(self) -> dict[str, dict[str, Any]]:
-        runs, full = self.runs, self.bench.args.full
+        full = self.bench.args.full
         if self.bench.args.chain:
             if not self.bench.args.no_stock:
-                runs["stock"] = self.stock("stock")
-            runs["stock, shortcuts"] = self.stock("stock-shortcuts", shortcuts=True)
+                self.record("stock", self.stock("stock"))
+            self.record("stock, shortcuts", self.stock("stock-shortcuts", shortcuts=True))
             return self.compared()
-        runs["stock"] = self.stock("stock")
-        runs["cold"] = self.cold()
+        self.record("stock", self.stock("stock"))
+        self.record("cold", self.cold())
         self.bench.start_daemon(self.daemon_project, self.env)
         try:
             if full:
-                runs["daemon cold"] = self.daemon_build("daemon-cold")
+                self.record("daemon cold", self.daemon_build("daemon-cold"))
             for project in (self.projects["stock"], self.daemon_project):
                 edit_file(project, EDIT)
-            runs["stock, edited"] = self.stock("stock-edited")
-            runs["edit"] = self.daemon_build("daemon-edit")
+            self.record("stock, edited", self.stock("stock-edited"))
+            self.record("edit", self.daemon_build("daemon-edit"))
             if full:
                 edit_file(self.daemon_project, COMMENT)
-                runs["comment"] = self.daemon_build("daemon-comment")
+                self.record("comment", self.daemon_build("daemon-comment"))
         finally:
             self.bench.stop_daemon(self.daemon_project, self.env)
         if full:
             edit_file(self.projects["cold"], EDIT)
-            runs["edit, in-process"] = self.cold("edit-in-process")
+            self.record("edit, in-process", self.cold("edit-in-process"))
         return self.compared()
+
+    def record(self, name: str, run: dict[str, Any]) -> None:
+        """A run measured: said at once (a long cell, cut short, still tells how far it got)."""
+        self.runs[name] = run
+        rss = f", peak RSS {run['peak_rss'] / 1e6:.0f} MB" if run.get("peak_rss") else ""
+        log(f"[{self.name}] measured {name}: {run['seconds']:.2f} s{rss}, sha256 {run['sha256']}")
 
     def compared(self) -> dict[str, dict[str, Any]]:
         """Each run's sha256 compared with stock's on the same model."""
