@@ -60,7 +60,7 @@ def layers_built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def rebuilt_with_layer_0_plain(root: Any, config: Any, store: BlobStore) -> dict[str, Any]:
     """Layer 0's activation back to SiLU, rebuilt with the first build's cache: layer 0 becomes
-    the plain layers' template (layer 1 its copy) and layer 4 its own GELU template, so every
+    the plain layers' template (layer 1 its copy) and layer 3 its own GELU template, so every
     unedited layer is made from another template than before."""
     model = root / "models" / "llama.py"
     source = model.read_text()
@@ -85,11 +85,11 @@ def spying(seen: list[RegionalEdge], installed: Any) -> Any:
 def test_edits_at_first_middle_last_layer_weights_and_a_refused_op_give_stock_s_bytes(
     layers_built: dict[str, Any],
 ) -> None:
-    """Layers 0 and 4 (GELU) share one template, layers 1 and 3 (the plain structure; 3's
-    weights scaled) another, layer 2 (cumsum: XNNPACK refuses it, its partitions split) its own,
-    and the rest its own: the .pte is the stock script's."""
+    """Layers 0 and 3 (GELU; 3's weights scaled) share one template, layer 1 (the plain
+    structure) and layer 2 (cumsum: XNNPACK refuses it, its partitions split) each their own, and
+    the rest its own: the .pte is the stock script's."""
     assert layers_built["sha256"] == layers_built["stock"]
-    assert layers_built["runs"] == [RegionalRun(regions=6, templates=4, stock_because=None)]
+    assert layers_built["runs"] == [RegionalRun(regions=5, templates=4, stock_because=None)]
 
 
 def test_a_one_layer_edit_misses_only_the_edited_partition(layers_built: dict[str, Any]) -> None:
@@ -98,7 +98,7 @@ def test_a_one_layer_edit_misses_only_the_edited_partition(layers_built: dict[st
     the partition holding layer 0's activation is preprocessed again."""
     edited = layers_built["edited"]
     assert edited["sha256"] == edited["stock"]
-    assert edited["runs"] == [RegionalRun(regions=6, templates=4, stock_because=None)]
+    assert edited["runs"] == [RegionalRun(regions=5, templates=4, stock_because=None)]
     assert edited["cache"].misses == 1 and edited["cache"].hits > 1
 
 
@@ -342,12 +342,12 @@ def test_the_result_explain_and_the_editor_name_the_regional_path(
     """What ran is in the build's result (`--json`, the build record), `lowerd explain`'s lines
     and the coverage diagnostic at the entry, not only in the daemon's debug log."""
     result, config = layers_built["result"], layers_built["config"]
-    regional = EdgeGeneration.regional(regions=6, templates=4)
+    regional = EdgeGeneration.regional(regions=5, templates=4)
     [(method, report)] = result.methods.items()
     assert report.edge_generation == regional
     document = json.loads(json.dumps(encode(result)))  # as `--json` prints it
     written = document["methods"][method]["edge_generation"]
-    assert written == {"path": "regional", "regions": 6, "templates": 4, "words": regional.words}
+    assert written == {"path": "regional", "regions": 5, "templates": 4, "words": regional.words}
     assert decode(TargetResult, document).methods[method].edge_generation == regional
     # The record is the edited build's (regional too), read back through the record's checks.
     [explained] = explain_targets(config, ["llama"]).targets

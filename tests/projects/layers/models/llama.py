@@ -1,7 +1,7 @@
-"""transformers' Llama from a LlamaConfig (5 layers, hidden size 32, random weights), wrapped to
-return logits, its layers edited four ways as a user edits one: the first and the last layer's
+"""transformers' Llama from a LlamaConfig (4 layers, hidden size 32, random weights), wrapped to
+return logits, its layers edited three ways as a user edits one: the first and the last layer's
 MLP activation a GELU, a middle layer's an op XNNPACK refuses (cumsum: its partitions split), and
-layer 3's down_proj weights scaled (layer 1's structure, other weights)."""
+the last layer's down_proj weights scaled (layer 0's structure, other weights)."""
 
 import torch
 from torch import nn
@@ -28,7 +28,7 @@ def make():
         vocab_size=128,
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=5,
+        num_hidden_layers=4,
         num_attention_heads=1,
         num_key_value_heads=1,
         max_position_embeddings=64,
@@ -38,7 +38,7 @@ def make():
     layers = model.model.layers
     layers[0].mlp.act_fn = nn.GELU()
     layers[2].mlp.act_fn = Refused()
+    layers[3].mlp.act_fn = nn.GELU()
     with torch.no_grad():
         layers[3].mlp.down_proj.weight.mul_(1.25)
-    layers[4].mlp.act_fn = nn.GELU()
     return Logits(model).eval(), (torch.randint(0, 128, (1, 8)),)
