@@ -287,6 +287,40 @@ def test_a_layer_mutating_its_buffer_runs_stock() -> None:
     assert [run.stock_because for run in runs] == [f"add_ mutates b_layers_0_calls, {MUTATION}"]
 
 
+class Shifted(nn.Module):
+    """A layer reading a tensor its parent wrote in place (as OPT's layers read its mask)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x)) + shift
+
+
+class ShiftedStack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(Shifted() for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shift = torch.zeros(4, 8)
+        shift.copy_(x * 2)
+        for layer in self.layers:
+            x = layer(x, shift)
+        return x
+
+
+def test_a_layer_reading_a_tensor_written_in_place_elsewhere_runs_stock() -> None:
+    """Functionalization emits a read of a tensor written in place where it is read next, with
+    the reader's metadata; a layer cut out alone reads a fresh input instead."""
+    stock, mine, runs = regional_and_stock(exported(ShiftedStack()))
+    assert sha256(mine) == sha256(stock)
+    assert [run.stock_because for run in runs] == [
+        "layers.0 reads copy_, a tensor written in place elsewhere"
+    ]
+
+
 @pytest.mark.parametrize(
     "model",
     [lambda: nn.Sequential(nn.Linear(8, 8), nn.ReLU()), lambda: Stack(Plain, count=1)],

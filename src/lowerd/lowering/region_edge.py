@@ -17,10 +17,17 @@ partitioner), field by field:
   replay, `ops_to_not_decompose` + the EDGE_DO_NOT_DECOMP replacement + two decomposition replays,
   then `_generate_edge_program`'s passes. A replay re-traces the graph node by node (make_fx):
   what a node becomes depends on its target, arguments and their values, and functionalization
-  is per node when nothing is mutated (gate: no buffer or input mutation). XNNPACK keeps an op
-  (linear, elu, hardswish, max_pool2d, upsample, prelu) after a per-node check that reads the
-  node, its arguments' values, whether its weight and bias are parameters of the program (the cut
-  keeps every parameter a parameter) and its q/dq neighbours (gate: no op outside aten, so none).
+  is per node when nothing is mutated (gate: no buffer or input mutation) and no region reads
+  a tensor another region wrote in place, or a view of one (gate): functionalization applies
+  an in-place update lazily and emits a view of the tensor written again at its next reader,
+  with the reader's metadata. OPT's mask is `copy_` into a clone in the rest, read by each
+  layer as `alias(copy_)`; stock emits that alias at the layer's SDPA (its from_node root, so
+  its debug handle, which XNNPACK writes into the blob, is the SDPA's), a layer cut out alone
+  at its own node: the blobs differed by one debug handle per layer from there on. XNNPACK
+  keeps an op (linear, elu, hardswish, max_pool2d, upsample, prelu) after a per-node check that
+  reads the node, its arguments' values, whether its weight and bias are parameters of the
+  program (the cut keeps every parameter a parameter) and its q/dq neighbours (gate: no op
+  outside aten, so none).
   The passes (view -> view_copy, assert removal, ReplaceSymSizeOp, NormalizeTranspose,
   ReplaceBrokenOps, ScalarToTensor, SymToTensor, RemoveNoop, PruneEmptyTensors, RemoveToCopy,
   FoldRedundantDQ/Q, RemoveMixedTypeOperators, OpReplace, MemoryFormatOps) rewrite one node from
@@ -109,7 +116,8 @@ Gates (each checked; any other case runs ExecuTorch's own function):
   tensors, static shapes;
 - every op in aten (or getitem, or in the rest a higher-order op); an in-place op only on a
   tensor its own region made and only its region reads (export's IR keeps in-place ops until the
-  first replay functionalizes them);
+  first replay functionalizes them), and no tensor written in place, its bases or views (an
+  in-place op's result among them) read in another region;
 - in a layer: no get_attr input, no call but an aten op or getitem, every node used (or an
   assert), only the node metadata keys the argument covers, no `custom` annotation; the same of
   each layer template's edge program (checked after it is made: NotLocal);
@@ -117,7 +125,9 @@ Gates (each checked; any other case runs ExecuTorch's own function):
 tests/test_region_edge.py compares the bytes with the stock script's for a Llama edited at the
 first, a middle and the last layer, with scaled weights and an op XNNPACK refuses; for tiny
 stacks with optimum's constant methods, EdgeCompileConfig and transform pass, and with three
-methods; and checks that the gates fall back.
+methods; and checks that the gates fall back. tests/test_region_architectures.py compares the
+bytes and the path across transformers architectures (tests/architectures.py: OPT, GPT-2, Phi,
+Qwen2, Gemma, BERT).
 """
 
 from __future__ import annotations
@@ -358,6 +368,8 @@ def program_regions(program: Any) -> tuple[list[Region] | None, str | None]:
             return None, f"an op of namespace {target.namespace} ({target})"
         if why := _why_mutation(node, target, region_of):
             return None, why
+    if why := _why_aliased_read(program, region_of):
+        return None, why
     layers = [region for region in found if region.key is not None]
     for region in layers:
         why = _why_layer(program, region)
@@ -426,6 +438,71 @@ def _why_mutation(
         if not inside or any(region_of.get(user) != region_of[node] for user in written.users):
             return f"{node.name} mutates {written.name}, not its region's own ({target})"
     return None
+
+
+def _why_aliased_read(program: Any, region_of: dict[torch.fx.Node, Any]) -> str | None:
+    """Functionalization applies an in-place update lazily: a view of the tensor written (or
+    the in-place op's result, the same tensor) is emitted again where it is next read, with the
+    reader's metadata. OPT's mask is `copy_` into a clone in the rest, and each layer's
+    `alias(copy_)` is emitted at the layer's SDPA: its from_node root is the SDPA, so its debug
+    handle (which XNNPACK writes into the blob) is the SDPA's. A layer cut out alone reads a
+    fresh input and emits the alias at its own node. So a tensor written in place, its bases
+    and its views, read in another region than the writer's: stock. (Read only in the writer's
+    region, as a KV cache buffer by its layer, the cut holds the write and the reads.)"""
+    for writer in program.graph.nodes:
+        target = writer.target
+        if writer.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        written = [writer]
+        for index, argument in enumerate(target._schema.arguments):
+            if argument.alias_info is not None and argument.alias_info.is_write:
+                value = (
+                    writer.args[index]
+                    if index < len(writer.args)
+                    else writer.kwargs.get(argument.name)
+                )
+                if isinstance(value, torch.fx.Node):
+                    written.append(value)
+        if len(written) == 1:
+            continue
+        region = region_of.get(writer)
+        aliased = _aliases(written)
+        for node in [node for node in program.graph.nodes if node in aliased]:
+            for user in node.users:
+                if user.op == "call_function" and region_of.get(user) != region:
+                    where = region_of.get(user) or "the rest"
+                    return f"{where} reads {node.name}, a tensor written in place elsewhere"
+    return None
+
+
+def _aliases(written: list[torch.fx.Node]) -> set[torch.fx.Node]:
+    """The tensors written, their bases (a view written in place writes its base), and every
+    view of those (read as the tensor written)."""
+    aliased = set(written)
+    for node in written:
+        while (base := _view_base(node)) is not None and base not in aliased:
+            aliased.add(base)
+            node = base
+    pending = list(aliased)
+    while pending:
+        node = pending.pop()
+        for user in node.users:
+            if user not in aliased and _view_base(user) is node:
+                aliased.add(user)
+                pending.append(user)
+    return aliased
+
+
+def _view_base(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The tensor a view op's result aliases (its first argument), or None."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return None
+    returns = target._schema.returns
+    if not any(r.alias_info is not None and not r.alias_info.is_write for r in returns):
+        return None
+    base = node.args[0] if node.args else None
+    return base if isinstance(base, torch.fx.Node) else None
 
 
 def _static(value: Any) -> bool:
