@@ -45,6 +45,7 @@ from helpers import (
     wait_until,
     without_timing,
 )
+from test_explain import edge_line
 from testkit.ray_cluster import RayStartFailed, ray_cluster
 
 pytestmark = pytest.mark.e2e
@@ -263,6 +264,7 @@ def test_explain_says_what_a_local_build_would(
     config = load_config(project / "pyproject.toml")
     assert _explain(config, "refused") == [
         "refused: no earlier build: lowered 2 partitions (0 from the cache)",
+        edge_line(config, "refused"),
         "  up to date: nothing it read or wrote has changed since",
     ]
     edit_refused_weights(project)
@@ -278,6 +280,7 @@ def test_explain_says_what_a_local_build_would(
         "  lowered because the exported program changed (forward)",
         f"  models/refused.py changed (lines {first}-{first + 3})",
         f"  XNNPACK #2 (forward, models/refused.py:{fc2}): the weights changed (fc2.bias)",
+        edge_line(config, "refused"),
         "  up to date: nothing it read or wrote has changed since",
     ]
     [document] = encode(explain_targets(config, ["refused"]))["targets"]

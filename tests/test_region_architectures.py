@@ -11,12 +11,12 @@ cut out alone emitted it at its own node, its debug handle (in XNNPACK's blob) o
 from __future__ import annotations
 
 import pytest
-from test_region_edge import regional_and_stock
 
 from lowerd.lowering.region_edge import RegionalRun, program_regions
 
 from architectures import exported
 from stock import sha256
+from test_region_edge import regional_and_stock
 
 # Two layers of one structure and the rest: 3 regions from 2 templates.
 BY_REGION = ("gpt2", "phi", "qwen2")
