@@ -3,7 +3,8 @@
 Every build imports torch and ExecuTorch (several seconds), so the expensive runs are few and
 module-scoped, and the tests share them:
 
-- broken/: one `build --json` and one table `build`;
+- broken/: one `build --json` and one table `build` (which also shows that torch's dump of a
+  failed export is held back);
 - basic/: a cold `build --json` (made once per session: conftest.py's basic_build, which
   tests/test_daemon_rpc.py and tests/test_cache_integrity.py share), then on a copy of its cache
   a warm one, a `--jobs 2` one, one after corrupting a cache entry (each run after the one
@@ -171,6 +172,24 @@ def test_broken_table_shows_file_line_message(broken_json: Run, broken_table: Ru
         first_line = error["message"].splitlines()[0]
         assert f"  {error['file']}:{error['line']}: {first_line}" in lines, broken_table.log
     assert re.search(r"^0 targets built, 7 failed in [\d.]+ s$", broken_table.stdout, re.M)
+
+
+PARTIAL_GRAPH = "def forward(self"  # how torch.export's dump of its traced graph starts
+
+
+def test_an_export_failure_shows_lowerd_s_line_and_not_torch_s_dump(
+    broken_marks: dict[str, tuple[str, int]], broken_table: Run
+) -> None:
+    """torch's own account of export_fail's failure is held back next to lowerd's file:line
+    message (tests/test_cli_isolation.py shows it with LOWERD_LOG_LEVEL=DEBUG): the table run
+    above, not a run of its own (each pays the torch and ExecuTorch imports)."""
+    file, line = broken_marks["export_fail"]
+    assert f"{file}:{line}: torch.export of 'forward' failed" in broken_table.stdout, (
+        broken_table.log
+    )
+    assert PARTIAL_GRAPH not in broken_table.stderr, broken_table.log
+    # torch's log record about the failure, from its own handler on its own logger
+    assert "Unable to find user code" not in broken_table.stderr, broken_table.log
 
 
 # Config errors: exit 2, the pyproject line on stderr, and no torch import ------------------

@@ -7,8 +7,9 @@ Real `lowerd` subprocesses on copies of tests/projects (crashy/, broken/):
 - what a model prints goes to stderr, so `--json` leaves one document on stdout, in-process and
   through the daemon;
 - Ctrl-C ends an in-process build with exit code 130 and kills its running worker;
-- torch's own account of an export failure (its partial graph, its log records) is held back
-  next to lowerd's file:line message, and shown with LOWERD_LOG_LEVEL=DEBUG.
+- torch's own account of an export failure (its partial graph, its log records) is shown with
+  LOWERD_LOG_LEVEL=DEBUG (held back without it: tests/test_cli.py reads its broken/ table run,
+  rather than another process paying the torch and ExecuTorch imports).
 """
 
 from __future__ import annotations
@@ -220,17 +221,6 @@ def _export_failure(tmp_path: Path, **env: str) -> tuple[Path, Run]:
         check=False,
     )
     return root, Run(args, done.returncode, done.stdout, done.stderr)
-
-
-def test_an_export_failure_shows_lowerd_s_line_and_not_torch_s_dump(tmp_path: Path) -> None:
-    root, run = _export_failure(tmp_path)
-    assert run.returncode == 1, run.log
-    file, line = line_marks(root)["export_fail"]
-    assert f"{file}:{line}: torch.export of 'forward' failed" in run.stdout, run.log
-    assert TRACEBACK not in run.stderr, run.log
-    assert PARTIAL_GRAPH not in run.stderr, run.log
-    # torch's log record about the failure, from its own handler on its own logger
-    assert "Unable to find user code" not in run.stderr, run.log
 
 
 def test_lowerd_log_level_debug_shows_torch_s_account_of_the_failure(tmp_path: Path) -> None:
