@@ -15,10 +15,14 @@ from torchao.quantization.quantize_.workflows.intx.intx_choose_qparams_algorithm
 from lowerd.cache.store import BlobStore
 from lowerd.lowering.intx_memo import MEMO_KIND, IntxMemo
 from lowerd.project.config import ProjectConfig
+from lowerd.project.edge_generation import EdgeGeneration
 from lowerd.project.result import TargetResult
 
 from helpers import ColdBuild, cold_rebuild
+from stock import call_entry, sha256
 from testkit.projects import write_text_atomic
+from testkit.stock_lowering import lower_stock
+from testkit.stock_recipe import optimum_quantize_model
 
 TARGET = "optimum"  # 8da4w, hqq_scale_only, fc1 and fc2 quantized (fc3 left float)
 
@@ -116,3 +120,25 @@ def test_a_hit_is_the_tensor_from_hp_makes_and_only_plain_calls_are_memoized(
             assert getattr(tensor, name) == getattr(expected, name)
     assert "from_hp" not in vars(_PackedOtherwise)
     assert IntxUnpackedToInt8Tensor.from_hp.__func__.__name__ == "from_hp"
+
+
+def test_regional_edge_generation_and_the_memo_give_stock_s_bytes(tmp_path: Path) -> None:
+    """Three 8da4w layers of one structure and a head: cold (every weight quantized) and
+    rebuilt from the cache (every weight served) both go by region, and both write the stock
+    script's bytes."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    cold = ColdBuild.made(tmp_path / "cold", "torchaoquant", "layers")
+    config, store = cold.copied(tmp_path / "again")
+    again = cold_rebuild(config, "layers", store)
+    assert (cold.result.memo[MEMO_KIND], again.memo[MEMO_KIND]) == (
+        {"hits": 0, "misses": 7},
+        {"hits": 7, "misses": 0},
+    )
+    regional = EdgeGeneration.regional(regions=4, templates=2)
+    for result in (cold.result, again):
+        assert [method.edge_generation for method in result.methods.values()] == [regional]
+    made = call_entry(config.root, "models/linears.py:make_layers")
+    optimum_quantize_model(made[0], "8da4w")
+    stock = sha256(lower_stock(made, [XnnpackPartitioner()])[1])
+    assert cold.result.sha256 == again.sha256 == stock

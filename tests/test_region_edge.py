@@ -20,7 +20,13 @@ from lowerd.daemon.diagnostics import result_diagnostics, site_of
 from lowerd.lowering import edge_speedups
 from lowerd.lowering.build import build_target
 from lowerd.lowering.edge_speedups import EdgeSpeedups
-from lowerd.lowering.region_edge import RegionalEdge, RegionalRun, program_regions, why_stock_call
+from lowerd.lowering.region_edge import (
+    QDQ_OPS,
+    RegionalEdge,
+    RegionalRun,
+    program_regions,
+    why_stock_call,
+)
 from lowerd.lowering.region_passes import why_passes
 from lowerd.project.config import load_config
 from lowerd.project.edge_generation import EdgeGeneration
@@ -394,3 +400,66 @@ def test_the_result_explain_and_the_editor_name_the_regional_path(
         d for d in at_entry if d.code == "coverage" and d.range.start.line + 1 == entry.line
     ]
     assert f"edge generation: {regional.words}" in coverage.message
+
+
+def test_8da4w_linears_are_generated_by_region() -> None:
+    """tests/projects/torchaoquant's three Llama MLP blocks and head, quantized as optimum's
+    recipe does (8da4w, hqq, linear_divisible) and exported non-strict: torchao's
+    choose_qparams/quantize/dequantize affine ops around each linear, the head's chain reading
+    the last layer's output. The .pte is the stock script's, by region."""
+    from testkit.stock_recipe import optimum_quantize_model
+
+    model, example = call_entry(PROJECTS / "torchaoquant", "models/linears.py:make_layers")
+    optimum_quantize_model(model, "8da4w")
+    with torch.no_grad():
+        program = torch.export.export(model, example, strict=False)
+    assert any(str(node.target) in QDQ_OPS for node in program.graph.nodes)
+    stock, mine, runs = regional_and_stock(program)
+    assert sha256(mine) == sha256(stock)
+    assert runs == [RegionalRun(regions=4, templates=2, stock_because=None)]
+
+
+class Requantized(nn.Module):
+    """A layer that hands the next one its output quantized and dequantized (its q/dq chain
+    ends in the next layer's linear), or quantizes with an op the argument does not cover."""
+
+    def __init__(self, op: str = "dequantize_affine") -> None:
+        super().__init__()
+        self.linear = nn.Linear(32, 32)
+        self.op = op
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.linear(x))
+        block, low, high = [1, 32], -128, 127
+        scale, zero = torch.ops.torchao.choose_qparams_affine(
+            y, "ASYMMETRIC", block, torch.int8, low, high, None, None, torch.int8
+        )
+        if self.op == "dequantize_affine":
+            q = torch.ops.torchao.quantize_affine(y, block, scale, zero, torch.int8, low, high)
+            return torch.ops.torchao.dequantize_affine(q, block, scale, zero, torch.int8, low, high)
+        q = torch.ops.torchao.quantize_affine_float8_non_decomposed(y, scale, torch.float8_e4m3fn)
+        return torch.ops.torchao.dequantize_affine_float8_non_decomposed(q, scale, torch.float32)
+
+
+@pytest.mark.parametrize(
+    ("op", "why"),
+    [
+        (
+            "dequantize_affine",
+            "a q/dq chain crosses from layers.0 to layers.1 (dequantize_affine, linear_1)",
+        ),
+        (
+            "float8",
+            "an op of namespace torchao (torchao.quantize_affine_float8_non_decomposed.default)",
+        ),
+    ],
+)
+def test_q_dq_chains_across_layers_and_other_torchao_ops_run_stock(op: str, why: str) -> None:
+    import torchao.quantization.quant_primitives  # noqa: F401 (registers torch.ops.torchao)
+
+    stack = Stack(Requantized)
+    for layer in stack.layers:
+        layer.op = op
+    torch.manual_seed(0)
+    program = torch.export.export(stack.eval(), (torch.randn(2, 32),), strict=False)
+    assert program_regions(program) == (None, why)

@@ -26,8 +26,8 @@ partitioner), field by field:
   at its own node: the blobs differed by one debug handle per layer from there on. XNNPACK
   keeps an op (linear, elu, hardswish, max_pool2d, upsample, prelu) after a per-node check that
   reads the node, its arguments' values, whether its weight and bias are parameters of the
-  program (the cut keeps every parameter a parameter) and its q/dq neighbours (gate: no op
-  outside aten, so none).
+  program (the cut keeps every parameter a parameter) and its q/dq neighbours (torchao's,
+  below; no other op outside aten: gate).
   The passes (view -> view_copy, assert removal, ReplaceSymSizeOp, NormalizeTranspose,
   ReplaceBrokenOps, ScalarToTensor, SymToTensor, RemoveNoop, PruneEmptyTensors, RemoveToCopy,
   FoldRedundantDQ/Q, RemoveMixedTypeOperators, OpReplace, MemoryFormatOps) rewrite one node from
@@ -38,9 +38,42 @@ partitioner), field by field:
   values, value metadata, which inputs are parameters/buffers/activations, which nodes are used
   outside), and two regions of one structure get the same nodes with their own inputs. The rest
   (embeddings, masks with their higher-order ops and vmap's stateful calls, head) is generated
-  alone as one cut in its own order; layers between its parts hold only aten ops (gate), which
-  touch no such state. A region's edge nodes that would leave its run, an output that is an
-  input, a node of no region: NotLocal, and stock runs.
+  alone as one cut in its own order; layers between its parts hold only aten ops and torchao's
+  q/dq ops (gate), which touch no such state (a q/dq op is never decomposed, below). A
+  region's edge nodes that would leave its run, an output that is an input, a node of no
+  region: NotLocal, and stock runs.
+- torchao's affine q/dq ops (QDQ_OPS: choose_qparams_affine, quantize_affine,
+  dequantize_affine; 8da4w/8da8w linears, optimum's recipe) are per node through the replays.
+  They are functional CompositeImplicitAutograd ops: the functionalizing replay (an empty table)
+  preserves every such op it is not told to decompose, so each is re-traced as itself, its value
+  from its fake kernel on its own arguments. XNNPACK's partitioner names all three in
+  `ops_to_not_decompose` (QDQAffineConfigs' original aten), so the first decomposition table
+  lacks them; their configs' check is `True` for every node, so the EDGE_DO_NOT_DECOMP
+  replacement retargets each one, the second replay (the full table) keeps it and the restore
+  puts its target back (`_remove_invalid_ops_for_not_decompose` keeps all three, by op: the
+  schema checks, choose_qparams_affine by its allow-list). So a q/dq node is never decomposed
+  and comes out as its own target on its own arguments. The passes see it as any node: OpReplace
+  makes its edge op from its target; ScalarToTensorPass coerces a scalar only where its own
+  schema wants a tensor (none of these do: quant_min/max are Scalars), any constant lifted being
+  numbered by the assembly as below; the others do not match it. What is not per node is the
+  check that decides a linear's fate in the EDGE_DO_NOT_DECOMP loop: LinearConfig's, which walks
+  the linear's q/dq chain back (the activation's dequantize, its quantize, the getitems of its
+  choose_qparams; the weight's dequantize, its input and its scale and zero point) and reads
+  their targets, arguments, values (`_get_block_size_input_scale`: the weight's and scale's)
+  and whether the weight is a parameter of the program it is given. Gate: a q/dq node, and a
+  getitem of one, has its users and its q/dq inputs in its own region (a chain ending in another
+  layer's linear, a dequantized weight two layers share: stock); the cut then holds the whole
+  chain, weights and scales as the program's parameters/buffers (a constant input is NotLocal,
+  a get_attr gated). The chain's float input may come from another region (the head's chain
+  reads the last layer's output): the walk stops at choose_qparams, and a read of that input's
+  value reads its placeholder's, the same `val`. The loop retargets nodes in node order as it
+  checks, so a linear sees its chain already retargeted; the chain precedes it in its region,
+  whose order the cut keeps: the same state. XNNPACK's DQ/Q neighbour checks that make
+  partitions (GEMMConfig's deps, the dq-inputs/q-output pattern, `is_dynamic_qdq`, the 8da4w
+  dynamic-quant partitions) run in to_backend, on the assembled whole program as on stock's:
+  no region sees them. lowerd's own memos (intx_memo.py, qparam_memo.py) act before export, on
+  the model's weights, and give the program stock's tensors bit for bit: the regional path
+  starts from the same exported program, cold or rebuilt from the cache.
 - Node names: fx names a node from its target's base and a per-graph counter; emitting the nodes
   in stock's order from each template name's base gives stock's names.
 - `val`: the template's value remade (shape, stride, dtype, device) in one fake mode; its
@@ -114,7 +147,8 @@ Gates (each checked; any other case runs ExecuTorch's own function):
   other fields than `_check_ir_validity` and `_skip_dim_order` are the default;
 - inputs only user inputs, parameters and buffers, outputs only user outputs, weights plain
   tensors, static shapes;
-- every op in aten (or getitem, or in the rest a higher-order op); an in-place op only on a
+- every op in aten or QDQ_OPS (or getitem, or in the rest a higher-order op), every q/dq chain
+  in one region (above); an in-place op only on a
   tensor its own region made and only its region reads (export's IR keeps in-place ops until the
   first replay functionalizes them), and no tensor written in place, its bases or views (an
   in-place op's result among them) read in another region;
@@ -125,9 +159,11 @@ Gates (each checked; any other case runs ExecuTorch's own function):
 tests/test_region_edge.py compares the bytes with the stock script's for a Llama edited at the
 first, a middle and the last layer, with scaled weights and an op XNNPACK refuses; for tiny
 stacks with optimum's constant methods, EdgeCompileConfig and transform pass, and with three
-methods; and checks that the gates fall back. tests/test_region_architectures.py compares the
-bytes and the path across transformers architectures (tests/architectures.py: OPT, GPT-2, Phi,
-Qwen2, Gemma, BERT).
+methods; for a stack quantized 8da4w as optimum's recipe does; and checks that the gates fall
+back (a q/dq chain across layers, a torchao op not argued). tests/test_region_architectures.py
+compares the bytes and the path across transformers architectures (tests/architectures.py: OPT,
+GPT-2, Phi, Qwen2, Gemma, BERT); tests/test_intx_memo.py an 8da4w project built cold and
+rebuilt from the intx memo.
 """
 
 from __future__ import annotations
@@ -179,6 +215,15 @@ _EDGE_META = {
 }
 _INPUT_KINDS = frozenset({"USER_INPUT", "PARAMETER", "BUFFER"})
 _CHECKS = frozenset({"aten._assert_tensor_metadata.default"})
+# torchao's affine q/dq ops, which 8da4w linears are made of (XNNPACK's QDQAffineConfigs): the
+# ops outside aten the argument covers, with the getitems of choose_qparams their q/dq chains.
+QDQ_OPS = frozenset(
+    {
+        "torchao.choose_qparams_affine.default",
+        "torchao.quantize_affine.default",
+        "torchao.dequantize_affine.default",
+    }
+)
 # EdgeCompileConfig fields the argument covers at any value (the others must be the default).
 _CONFIG_ARGUED = frozenset({"_check_ir_validity", "_skip_dim_order"})
 
@@ -364,11 +409,13 @@ def program_regions(program: Any) -> tuple[list[Region] | None, str | None]:
         target = node.target
         if not isinstance(target, torch._ops.OpOverload):
             continue
-        if target.namespace != "aten":
+        if target.namespace != "aten" and str(target) not in QDQ_OPS:
             return None, f"an op of namespace {target.namespace} ({target})"
         if why := _why_mutation(node, target, region_of):
             return None, why
     if why := _why_aliased_read(program, region_of):
+        return None, why
+    if why := _why_crossing_chain(program, region_of):
         return None, why
     layers = [region for region in found if region.key is not None]
     for region in layers:
@@ -473,6 +520,35 @@ def _why_aliased_read(program: Any, region_of: dict[torch.fx.Node, Any]) -> str 
                     where = region_of.get(user) or "the rest"
                     return f"{where} reads {node.name}, a tensor written in place elsewhere"
     return None
+
+
+def _why_crossing_chain(program: Any, region_of: dict[torch.fx.Node, Any]) -> str | None:
+    """XNNPACK's check of a linear (whether edge generation keeps it, and as what precision)
+    walks back its q/dq chain: the activation's dequantize, its quantize, the getitems and their
+    choose_qparams, the weight's dequantize with its scale and zero point, and reads each one's
+    target, arguments and their values. A cut reads them as stock does only if the chain is in
+    the linear's region: so a q/dq node (or a getitem of one) whose user, or whose q/dq input, is
+    in another region: stock. (Its float input may come from anywhere: the chain's check stops
+    at choose_qparams, and reads of that input's value are of its placeholder's, the same.)"""
+    for node in program.graph.nodes:
+        if not _in_chain(node):
+            continue
+        region = region_of.get(node)
+        linked = [n for n in node.all_input_nodes if _in_chain(n)] + list(node.users)
+        for other in linked:
+            if other.op != "output" and region_of.get(other) != region:
+                where, there = region or "the rest", region_of.get(other) or "the rest"
+                return f"a q/dq chain crosses from {where} to {there} ({node.name}, {other.name})"
+    return None
+
+
+def _in_chain(node: torch.fx.Node) -> bool:
+    """A torchao q/dq op's node, or a getitem of one (choose_qparams' scale and zero point)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return any(_in_chain(n) for n in node.all_input_nodes[:1])
+    return str(node.target) in QDQ_OPS
 
 
 def _aliases(written: list[torch.fx.Node]) -> set[torch.fx.Node]:

@@ -40,3 +40,34 @@ def make_two():
         "encode": (nn.Sequential(shared, nn.ReLU()).eval(), (torch.randn(2, 32),)),
         "decode": (nn.Sequential(shared, nn.Linear(32, 8)).eval(), (torch.randn(2, 32),)),
     }
+
+
+class Block(nn.Module):
+    """A Llama MLP block on hidden 32: both linears' in_features divide by the group size."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.RMSNorm(32)
+        self.up = nn.Linear(32, 64)
+        self.down = nn.Linear(64, 32, bias=False)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.silu(self.up(self.norm(x))))
+
+
+class Blocks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(Block() for _ in range(3))
+        self.head = nn.Linear(32, 16)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def make_layers():
+    """Three blocks of one structure and a head: regional edge generation's 8da4w case."""
+    torch.manual_seed(0)
+    return Blocks().eval(), (torch.randn(1, 4, 32),)
