@@ -2,13 +2,17 @@
 (issue 23 §4).
 
 bench/depth's Llama (transformers' LlamaForCausalLM from a config, hidden 512, random weights),
-L layers. For each L of --layers, in a temp copy of the project with its own blob cache: a cold
+L layers, in one of bench_depth's flows (--flow: plain, or optimum's recipe with its KV cache,
+custom SDPA, 8da4w, module and transform passes; --hidden and the other sizes as bench_depth's).
+For each L of --layers, in a temp copy of the project with its own blob cache: a cold
 build (a fresh process, unmeasured), then bench_depth's edit (the last layer's MLP activation
 replaced by GELU) built by lowerd's build_target in a fresh process in the state a daemon's
 worker is forked in (worker/forkserver.py warm_up: the engine imported, a one-op model lowered,
 the heap frozen out of the garbage collector; transformers imported, as the fork server does after
 a first build). From the build's start, wall and CPU seconds to:
 
+    loaded        the provisional report of the last build's refusals outside the edited
+                  modules, right after load (build.py _report_loaded)
     region        the provisional report of the edited modules lowered alone (after load)
     moved         the provisional report with the last build's lines moved (after export)
     exact         the edited program's partitioned report (before preprocess and emit)
@@ -20,6 +24,8 @@ timing.
 
     nice -n 10 .venv/bin/python -m bench.bench_early                 # L = 8, 32
     .venv/bin/python -m bench.bench_early --layers 2 --json early.json
+    nice -n 10 .venv/bin/python -m bench.bench_early --flow optimum --layers 16 --hidden 256 \
+        --intermediate 688
 """
 
 from __future__ import annotations
@@ -35,17 +41,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.bench_depth import EDIT, MODEL_FILE, PROJECT, edit_file
-from bench.harness import log, set_constants_in_file
+from bench.bench_depth import EDIT, FLOWS, PROJECT, edit_file, flow_project
+from bench.harness import log
 from testkit.projects import copy_project
 
-EVENTS = ("region", "moved", "exact", "done")
+EVENTS = ("loaded", "region", "moved", "exact", "done")
+# bench_depth's sizes (its defaults), set by the options of the same names
+SIZES = {"hidden": 512, "intermediate": 1376, "heads": 8, "kv_heads": 4, "vocab": 32000}
 
 
 def build_in_this_process(project: Path, region: bool = True) -> dict[str, Any]:
     """The target built here once the worker's imports are done, each report and stage timed;
     without `region`, with no edited region (lowerd before it), for the exact report's cost."""
-    import transformers.models.llama.modeling_llama  # noqa: F401  # what it warms after a build
+    import importlib
+
+    from bench.depth.models.warmup import LIBRARIES
 
     from lowerd.lowering import build, edited_region
     from lowerd.lowering.edited_region import captured_calls, edited_regions
@@ -54,6 +64,8 @@ def build_in_this_process(project: Path, region: bool = True) -> dict[str, Any]:
     from lowerd.project.report_model import MethodReport
     from lowerd.worker.forkserver import warm_up
 
+    for library in LIBRARIES:  # what the fork server keeps warm after a first build
+        importlib.import_module(library)
     warm_up(["xnnpack"])  # the fork server's one-op lowering and frozen heap, as a worker has
     os.chdir(project)
     config = load_config(project / "pyproject.toml")
@@ -71,8 +83,10 @@ def build_in_this_process(project: Path, region: bool = True) -> dict[str, Any]:
     def partitioned(method: str, report: MethodReport) -> None:
         if not report.provisional:
             mark("exact")
+        elif any(m[0] == "stage export" for m in marks):
+            mark("moved")
         else:
-            mark("moved" if any(m[0] == "stage export" for m in marks) else "region")
+            mark("region" if any(m[0] == "region lowering starts" for m in marks) else "loaded")
         refused = sorted({(op.op, op.module_path or "") for op in report.not_delegated})
         marks.append((f"  {len(refused)} refused ops, e.g. {refused[-1:]}", 0.0, 0.0))
 
@@ -97,9 +111,10 @@ def build_in_this_process(project: Path, region: bool = True) -> dict[str, Any]:
     return {"status": result.status, "sha256": result.sha256, "marks": marks}
 
 
-def measure(root: Path, layers: int, region: bool) -> dict[str, Any]:
+def measure(root: Path, flow: str, sizes: dict[str, Any], region: bool) -> dict[str, Any]:
+    layers = sizes["LAYERS"]
     project = copy_project(PROJECT, root / f"L{layers}")
-    set_constants_in_file(project / MODEL_FILE, {"LAYERS": layers})
+    flow_project(project, flow, sizes)
     env = {**os.environ, "LOWERD_CACHE_DIR": str(root / f"cache-L{layers}"), "HF_HUB_OFFLINE": "1"}
     log(f"[L={layers}] cold build (unmeasured)")
     _built(project, env)
@@ -132,6 +147,9 @@ def table(results: dict[int, dict[str, Any]]) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", default="8,32", help="depths, comma-separated")
+    parser.add_argument("--flow", choices=sorted(FLOWS), default="plain")
+    for size, default in SIZES.items():
+        parser.add_argument(f"--{size.replace('_', '-')}", type=int, default=default)
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument(
         "--no-region", action="store_true", help="the edit without its edited region (before)"
@@ -144,7 +162,9 @@ def main(argv: list[str]) -> int:
     results = {}
     with tempfile.TemporaryDirectory(prefix="lowerd-early-") as temp:
         for layers in (int(part) for part in args.layers.split(",")):
-            results[layers] = measure(Path(temp), layers, not args.no_region)
+            sizes = {name.upper(): getattr(args, name) for name in SIZES}
+            sizes.update(LAYERS=layers, TOKENS=64, TIED=False)
+            results[layers] = measure(Path(temp), args.flow, sizes, not args.no_region)
             log(table({layers: results[layers]}))
     print(table(results))
     if args.json:

@@ -53,9 +53,11 @@ def export_method(
     blame: Blame,
     doing: str,
     module_passes: ModulePasses | None = None,
+    before_passes: Callable[[Any], None] | None = None,
 ) -> Any:
     """The method's ExportedProgram; a failure is an ExportError (`doing` says which export),
-    a module pass that fails or returns no graph an EntryError, each at the user's line."""
+    a module pass that fails or returns no graph an EntryError, each at the user's line.
+    `before_passes` is shown the first export before the module passes run (it may raise)."""
     import torch
 
     grad = torch.no_grad() if settings.no_grad else contextlib.nullcontext()
@@ -63,6 +65,8 @@ def export_method(
         program = _export(method.module, method, settings, blame, doing)
         if not module_passes:
             return program
+        if before_passes is not None:
+            before_passes(program)
         graph = program.module()
         for index in range(len(module_passes.passes)):
             graph = _run_pass(module_passes, index, graph, blame)
