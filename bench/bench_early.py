@@ -55,14 +55,14 @@ def build_in_this_process(project: Path, region: bool = True) -> dict[str, Any]:
     without `region`, with no edited region (lowerd before it), for the exact report's cost."""
     import importlib
 
-    from bench.depth.models.warmup import LIBRARIES
-
     from lowerd.lowering import build, edited_region
     from lowerd.lowering.edited_region import captured_calls, edited_regions
     from lowerd.project.config import load_config
     from lowerd.project.project_store import store_for
     from lowerd.project.report_model import MethodReport
     from lowerd.worker.forkserver import warm_up
+
+    from bench.depth.models.warmup import LIBRARIES
 
     for library in LIBRARIES:  # what the fork server keeps warm after a first build
         importlib.import_module(library)
