@@ -2,6 +2,7 @@
 
 import os
 import signal
+import threading
 
 import torch
 from torch import nn
@@ -21,8 +22,16 @@ def killed():
 
 
 def hangs():
-    while True:
-        pass
+    # Asleep, not spinning: the build that must stop it, and the tests beside it, keep the CPU.
+    threading.Event().wait()
+
+
+def parallel_ops():
+    # Big enough for ATen's parallel_for: run in a fork of a server that had started GNU
+    # OpenMP's pool, the worker hangs at its first barrier (tests/test_workers.py).
+    torch.ones(4_000_000).mul_(2)
+    torch.ones(1024, 1024) @ torch.ones(1024, 1024)
+    return ok()
 
 
 def hungry():
