@@ -38,7 +38,6 @@ from helpers import PROJECTS
 from stock import call_entry, forget_project_modules, importable_copy, sha256, stock_pte
 
 ENTRY = "models/llama.py:make"
-MUTATION = "not its region's own (aten.add_.Tensor)"
 
 
 @pytest.fixture(scope="module")
@@ -106,19 +105,6 @@ def test_a_one_layer_edit_misses_only_the_edited_partition(layers_built: dict[st
     assert edited["sha256"] == edited["stock"]
     assert edited["runs"] == [RegionalRun(regions=5, templates=4, stock_because=None)]
     assert edited["cache"].misses == 1 and edited["cache"].hits > 1
-
-
-class Counted(nn.Module):
-    """A layer that mutates its buffer."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(8, 8)
-        self.register_buffer("calls", torch.zeros(1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls.add_(1)
-        return torch.relu(self.linear(x))
 
 
 class Stack(nn.Module):
@@ -287,10 +273,117 @@ def test_each_method_is_generated_on_its_own() -> None:
     ]
 
 
-def test_a_layer_mutating_its_buffer_runs_stock() -> None:
-    stock, mine, runs = regional_and_stock(exported(Stack(Counted)))
+class Cached(nn.Module):
+    """A layer with its own caches written in place (as ExecuTorch's llama KVCache or
+    transformers' StaticCache, by index_copy_), and a step counter whose write nothing reads.
+    Written in another order than registered (the value cache first, the counter last), so
+    the BUFFER_MUTATION outputs' order (by placeholder) is not the order of the writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.register_buffer("steps", torch.zeros(1))
+        self.register_buffer("k_cache", torch.zeros(6, 8), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(6, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k = self.linear(x)
+        positions = torch.arange(4)  # as a KV cache's input_pos
+        self.v_cache.index_copy_(0, positions, k * 2)
+        self.k_cache.index_copy_(0, positions, k)
+        self.steps.add_(1)
+        return torch.relu(k @ self.k_cache.t() @ self.v_cache)
+
+
+def test_layers_writing_their_own_caches_are_generated_by_region() -> None:
+    """Each layer's cut holds its caches as buffer inputs with their writes; the assembly makes
+    the BUFFER_MUTATION outputs in the order of the buffers' placeholders, as stock's
+    functionalizing replay does (by the order of the writes, the bytes differ)."""
+    torch.manual_seed(0)
+    with torch.no_grad():  # as ExecuTorch's exports: a cache written from grad is refused
+        program = torch.export.export(Stack(Cached).eval(), (torch.randn(4, 8),))
+    edges: list[Any] = []
+    stock, mine, runs = regional_and_stock(program, edges=edges)
     assert sha256(mine) == sha256(stock)
-    assert [run.stock_because for run in runs] == [f"add_ mutates b_layers_0_calls, {MUTATION}"]
+    assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
+    outputs = edges[-1].exported_program().graph_signature.output_specs
+    assert [spec.target for spec in outputs if spec.kind.name == "BUFFER_MUTATION"] == [
+        f"layers.{i}.{name}" for i in range(3) for name in ("steps", "k_cache", "v_cache")
+    ]
+
+
+class Attending(nn.Module):
+    """A layer reading a cache it is given, writing it in place first if asked."""
+
+    def __init__(self, writes: bool) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.writes = writes
+
+    def forward(self, x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        k = self.linear(x)
+        if self.writes:
+            cache = cache.index_copy_(0, torch.arange(4), k)
+        return torch.relu(k @ cache.t() @ cache)
+
+
+class SharedCache(nn.Module):
+    """One cache for all layers, written in place by the `writers` layers or by the rest."""
+
+    def __init__(self, writers: tuple[int, ...], rest_writes: bool = False) -> None:
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(6, 8))
+        self.layers = nn.ModuleList(Attending(i in writers) for i in range(3))
+        self.rest_writes = rest_writes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.rest_writes:
+            self.cache.index_copy_(0, torch.arange(4), x)
+        for layer in self.layers:
+            x = layer(x, self.cache)
+        return x
+
+
+class ViewWriting(nn.Module):
+    """A layer writing its cache through a view (narrow().copy_)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.register_buffer("k_cache", torch.zeros(6, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        k = self.linear(x)
+        return torch.relu(self.k_cache.narrow(0, 1, 4).copy_(k) + k)
+
+
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [
+        (lambda: SharedCache(writers=(0,)), "which layers.1 uses too"),
+        (lambda: SharedCache(writers=(0, 1)), "which layers.1 writes too"),
+        (lambda: SharedCache(writers=(), rest_writes=True), "outside a layer"),
+        (lambda: Stack(ViewWriting), "writes a view of b_layers_0_k_cache"),
+    ],
+    ids=["read-by-another-layer", "written-by-two-layers", "written-in-the-rest", "view"],
+)
+def test_buffers_written_beyond_one_layer_s_own_run_stock(model: Any, why: str) -> None:
+    torch.manual_seed(0)
+    with torch.no_grad():
+        program = torch.export.export(model().eval(), (torch.randn(4, 8),))
+    found, reason = program_regions(program)
+    assert found is None and why in str(reason), reason
+
+
+def test_a_buffer_written_by_one_layer_and_read_by_another_runs_stock() -> None:
+    torch.manual_seed(0)
+    with torch.no_grad():
+        program = torch.export.export(SharedCache(writers=(0,)).eval(), (torch.randn(4, 8),))
+    stock, mine, runs = regional_and_stock(program)
+    assert sha256(mine) == sha256(stock)
+    assert [run.stock_because for run in runs] == [
+        "index_copy_ writes b_cache, which layers.1 uses too (aten.index_copy_.default)"
+    ]
 
 
 class Shifted(nn.Module):

@@ -139,6 +139,9 @@ class Assembly:
         self.weights = {name: spec.target for name, spec in weight_specs(program).items()}
         self.first_user: torch.fx.Node | None = None
         self.segment: dict[torch.fx.Node, int] = {}
+        # A buffer written in place -> its new value; in the order of the buffers' placeholders
+        # once finished, as the functionalizing replay orders its mutated inputs.
+        self.mutated: dict[str, torch.fx.Node] = {}
         self._placeholders_and_segments()
 
     def _placeholders_and_segments(self) -> None:
@@ -180,12 +183,7 @@ class Assembly:
         queue = []
         for order, copy_ in enumerate(copies):
             last = -1
-            outputs: dict[torch.fx.Node, list[int]] = {}
-            [out] = [n for n in copy_.template.edge.graph.nodes if n.op == "output"]
-            for j, produced in enumerate(out.args[0]):
-                if produced.op != "call_function":
-                    raise NotLocal(f"output {j} of {copy_.region.key} is an input")
-                outputs.setdefault(produced, []).append(j)
+            outputs = self._outputs(copy_)
             for step, node in enumerate(copy_.template.edge.graph.nodes):
                 if node.op != "call_function":
                     continue
@@ -197,8 +195,42 @@ class Assembly:
         queue.sort(key=lambda item: item[:3])
         for _, _, _, copy_, node, produced in queue:
             new = self.emit(copy_, node)
-            for j in produced:
-                self.amap[copy_.region.outputs[j]] = new
+            for sink in produced:
+                if isinstance(sink, str):
+                    self.mutated[sink] = new
+                else:
+                    self.amap[copy_.region.outputs[sink]] = new
+
+    def _outputs(self, copy_: Copy) -> dict[torch.fx.Node, list[int | str]]:
+        """What each of the template's outputs is in this region: the region's output j (its
+        USER_OUTPUTs, in order), or the new value of this region's buffer (a BUFFER_MUTATION of
+        the template region's buffer at the same input place)."""
+        edge = copy_.template.edge
+        [out] = [n for n in edge.graph.nodes if n.op == "output"]
+        outputs: dict[torch.fx.Node, list[int | str]] = {}
+        users = 0
+        for spec, produced in zip(edge.graph_signature.output_specs, out.args[0], strict=True):
+            if produced.op != "call_function":
+                raise NotLocal(f"output {produced.name} of {copy_.region.key} is an input")
+            if spec.kind.name == "USER_OUTPUT":
+                outputs.setdefault(produced, []).append(users)
+                users += 1
+            elif spec.kind.name == "BUFFER_MUTATION":
+                outputs.setdefault(produced, []).append(self._own_buffer(copy_, spec.target))
+            else:
+                raise NotLocal(f"a {spec.kind.name} output of {copy_.region.key}")
+        for sinks in outputs.values():
+            if len(sinks) > 1 and any(isinstance(sink, str) for sink in sinks):
+                raise NotLocal(f"a buffer's new value is another output of {copy_.region.key}")
+        return outputs
+
+    def _own_buffer(self, copy_: Copy, theirs: str) -> str:
+        """This region's buffer at the input place of the template region's buffer `theirs`."""
+        inputs = copy_.template.region.inputs
+        places = [i for i, n in enumerate(inputs) if self.weights.get(n.name) == theirs]
+        if len(places) != 1:
+            raise NotLocal(f"{copy_.region.key} writes {theirs}, none of its inputs")
+        return str(self.weights[copy_.region.inputs[places[0]].name])
 
     def emit(self, copy_: Copy, node: torch.fx.Node) -> torch.fx.Node:
         def resolve(arg: torch.fx.Node) -> torch.fx.Node:
@@ -255,6 +287,10 @@ class Assembly:
             self.placeholder_done.add(new)
             new.meta = self.meta_for(copy_, node)  # the edge placeholder's, as stock makes it
             self.own_desc(copy_, node, new)
+            if "from_node" in new.meta and not copy_.is_template:
+                # A buffer written in place: the replays make its placeholder descend from the
+                # write (the copy_ back into it, replaced), so from this region's own write.
+                new.meta["from_node"] = [_source(copy_.own(node))]
         return new
 
     def own_desc(self, copy_: Copy, node: torch.fx.Node, new: torch.fx.Node) -> None:
@@ -330,7 +366,11 @@ class Assembly:
         from executorch.exir.passes.debug_handle_generator_pass import DebugHandleGeneratorPass
 
         [out] = [n for n in self.program.graph.nodes if n.op == "output"]
-        new = self.graph.output(torch.fx.map_arg(out.args[0], self.amap.__getitem__))
+        buffers = self.program.graph_signature.inputs_to_buffers
+        order = [buffers[n.name] for n in self.program.graph.nodes if n.name in buffers]
+        self.mutated = {fqn: self.mutated[fqn] for fqn in order if fqn in self.mutated}
+        users = torch.fx.map_arg(out.args[0], self.amap.__getitem__)
+        new = self.graph.output((*self.mutated.values(), *users))
         new.meta = dict(out.meta)
         values = [v.meta.get("val") for v in new.args[0]]
         new.meta.update(val=tuple(values), tensor_meta=tuple(None for _ in values))
@@ -358,6 +398,8 @@ def assembled_program(
         ExportGraphSignature,
         InputKind,
         InputSpec,
+        OutputKind,
+        OutputSpec,
         TensorArgument,
     )
 
@@ -372,8 +414,12 @@ def assembled_program(
         else:
             specs.append(copy.deepcopy(old[node.name]))
     [out] = [n for n in module.graph.nodes if n.op == "output"]
-    outputs = []
-    for spec, value in zip(program.graph_signature.output_specs, out.args[0], strict=True):
+    outputs = [
+        OutputSpec(OutputKind.BUFFER_MUTATION, TensorArgument(value.name), fqn)
+        for fqn, value in asm.mutated.items()
+    ]
+    users = out.args[0][len(outputs) :]
+    for spec, value in zip(program.graph_signature.output_specs, users, strict=True):
         spec = copy.deepcopy(spec)
         spec.arg = TensorArgument(value.name)
         outputs.append(spec)

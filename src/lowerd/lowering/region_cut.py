@@ -67,10 +67,10 @@ def weight_specs(program: Any) -> dict[str, Any]:
 
 def structure(program: Any, region: Region) -> tuple[Any, ...]:
     """What makes two regions' edge generation the same: ops, argument structure and values,
-    value metadata, which nodes are used outside, and which inputs are parameters, buffers or
-    activations (with their values)."""
+    value metadata, which nodes are used outside, and which inputs are parameters, buffers
+    (persistent or not) or activations (with their values)."""
     index = {node: i for i, node in enumerate(region.nodes)}
-    kinds = {name: spec.kind.name for name, spec in weight_specs(program).items()}
+    kinds = {name: (s.kind.name, s.persistent) for name, s in weight_specs(program).items()}
     outputs = set(region.outputs)
 
     def arg(value: Any) -> Any:

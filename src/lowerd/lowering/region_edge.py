@@ -17,8 +17,8 @@ partitioner), field by field:
   replay, `ops_to_not_decompose` + the EDGE_DO_NOT_DECOMP replacement + two decomposition replays,
   then `_generate_edge_program`'s passes. A replay re-traces the graph node by node (make_fx):
   what a node becomes depends on its target, arguments and their values, and functionalization
-  is per node when nothing is mutated (gate: no buffer or input mutation) and no region reads
-  a tensor another region wrote in place, or a view of one (gate): functionalization applies
+  is per node when no input is mutated but a buffer one layer alone uses (below) and no region
+  reads a tensor another region wrote in place, or a view of one (gate): functionalization applies
   an in-place update lazily and emits a view of the tensor written again at its next reader,
   with the reader's metadata. OPT's mask is `copy_` into a clone in the rest, read by each
   layer as `alias(copy_)`; stock emits that alias at the layer's SDPA (its from_node root, so
@@ -102,8 +102,35 @@ partitioner), field by field:
 - Signature: the program's input specs for its placeholders, `BUFFER` specs for the constants
   ScalarToTensorPass lifted, numbered `_lifted_tensor_constant<buffers + i>` in order of first
   use and placed before the first user input, as lift_constant_tensor_pass makes them; the
-  program's output specs on the assembled outputs. A constant input (CONSTANT_TENSOR) in a
-  region: NotLocal.
+  BUFFER_MUTATION specs (below), then the program's output specs on the assembled outputs. A
+  constant input (CONSTANT_TENSOR) in a region: NotLocal.
+- Buffers written in place (a KV cache: ExecuTorch's llama KVCache `k_cache[:, :, pos] = k`,
+  transformers' StaticCache `index_copy_`; a step counter's `add_`). Export's IR (torch 2.13,
+  strict or not) keeps the write as the in-place op on the buffer's placeholder, later reads
+  take its result, and the signature has no output for it: the first replay makes one. Gate:
+  the buffer is written directly (not through a view: functionalization writes a base back
+  lazily, at its next read or at the graph's end, which for a layer cut out alone is the
+  layer's end), by a layer, and it, its views and the writes' results are used in that layer
+  alone (no other region, not the program's output). Field by field:
+  nodes: a direct write of an input replaces the functional tensor's value at once, so the
+  functional op (index_put for index_copy_) is emitted at the in-place op's place, the reads
+  after it read it, and the sync at the graph's end emits nothing (no view update pending):
+  per node, within the layer's run. The layer's cut holds the buffer as its own BUFFER input
+  (the program's spec, persistence and tensor; `structure` keys the persistence) with the
+  write and every read, and its replay makes the same nodes and a BUFFER_MUTATION output of
+  that node, the write (it counts as used: the every-node-used gate spares it).
+  Outputs: `_decompose_exported_program` puts the mutated inputs first, in the order of
+  aot_export's `input_info` over its inputs (every placeholder, in the program's order), each
+  a BUFFER_MUTATION spec with the buffer's target, then the user outputs. The assembly maps each
+  template's BUFFER_MUTATION (of the template region's buffer) to the buffer at the same input
+  place of the copy's region, and orders them by the buffers' placeholders, in the output node's
+  args and the output specs; by the order of the writes the .pte differs (tested).
+  The buffer's placeholder: the replays make it descend from the write (`from_node`; the
+  `copy_` back into the buffer, replaced): a copy's is a one-link chain to its region's own
+  write, as for its call_function nodes; its `desc` names its own buffer (below).
+  state_dict and constants: a persistent buffer's entry in the first, a non-persistent one's
+  in the second, the program's own tensors, as `_generate_edge_program` passes them on (the
+  replays run on fake values and change neither).
 - state_dict (used parameters and buffers plus the lifted constants), constants, range
   constraints, module call graph, example inputs: the program's, as `_generate_edge_program`
   passes them on. Verifier: EXIREdgeDialectVerifier with the ops the templates preserved, whose
@@ -145,25 +172,29 @@ Gates (each checked; any other case runs ExecuTorch's own function):
   program this returns, and may read any field), an XNNPACK partitioner for every method;
 - only XNNPACK partitioners (lowerd's observed wrapper seen through), an EdgeCompileConfig whose
   other fields than `_check_ir_validity` and `_skip_dim_order` are the default;
-- inputs only user inputs, parameters and buffers, outputs only user outputs, weights plain
-  tensors, static shapes;
+- inputs only user inputs, parameters and buffers, outputs only user outputs (export's IR
+  keeps a buffer's write as its in-place op, with no output), weights plain tensors, static
+  shapes;
 - every op in aten or QDQ_OPS (or getitem, or in the rest a higher-order op), every q/dq chain
   in one region (above); an in-place op only on a
   tensor its own region made and only its region reads (export's IR keeps in-place ops until the
-  first replay functionalizes them), and no tensor written in place, its bases or views (an
-  in-place op's result among them) read in another region;
+  first replay functionalizes them), or directly on a buffer (not a view of one) that one layer
+  writes and alone uses; and no tensor written in place, its bases or views (an in-place op's
+  result among them) read in another region;
 - in a layer: no get_attr input, no call but an aten op or getitem, every node used (or an
-  assert), only the node metadata keys the argument covers, no `custom` annotation; the same of
-  each layer template's edge program (checked after it is made: NotLocal);
+  assert, or a buffer's write), only the node metadata keys the argument covers, no `custom`
+  annotation; the same of each layer template's edge program (checked after it is made:
+  NotLocal);
 - regions contiguous, and at least two layers of one structure (otherwise no gain).
 tests/test_region_edge.py compares the bytes with the stock script's for a Llama edited at the
 first, a middle and the last layer, with scaled weights and an op XNNPACK refuses; for tiny
-stacks with optimum's constant methods, EdgeCompileConfig and transform pass, and with three
-methods; for a stack quantized 8da4w as optimum's recipe does; and checks that the gates fall
-back (a q/dq chain across layers, a torchao op not argued). tests/test_region_architectures.py
-compares the bytes and the path across transformers architectures (tests/architectures.py: OPT,
-GPT-2, Phi, Qwen2, Gemma, BERT); tests/test_intx_memo.py an 8da4w project built cold and
-rebuilt from the intx memo.
+stacks with optimum's constant methods, EdgeCompileConfig and transform pass, with three
+methods, and with per-layer caches written in place; for a stack quantized 8da4w as optimum's
+recipe does; and checks that the gates fall back (a q/dq chain across layers, a torchao op not
+argued; a buffer read by another layer, written by two, written in the rest, written through a
+view). tests/test_region_architectures.py compares the bytes and the path across transformers
+architectures (tests/architectures.py: OPT, GPT-2, Phi, Qwen2, Gemma, BERT);
+tests/test_intx_memo.py an 8da4w project built cold and rebuilt from the intx memo.
 """
 
 from __future__ import annotations
@@ -405,13 +436,14 @@ def program_regions(program: Any) -> tuple[list[Region] | None, str | None]:
     if found is None:
         return None, "a layer's nodes are not contiguous"
     region_of = {node: region.key for region in found for node in region.nodes}
+    buffers = program.graph_signature.inputs_to_buffers
     for node in program.graph.nodes:
         target = node.target
         if not isinstance(target, torch._ops.OpOverload):
             continue
         if target.namespace != "aten" and str(target) not in QDQ_OPS:
             return None, f"an op of namespace {target.namespace} ({target})"
-        if why := _why_mutation(node, target, region_of):
+        if why := _why_mutation(node, target, region_of, buffers):
             return None, why
     if why := _why_aliased_read(program, region_of):
         return None, why
@@ -462,29 +494,87 @@ def _why_layer(program: Any, region: Region) -> str | None:
             return f"metadata {unknown[0]!r} on {node.name}"
         if node.meta.get("custom"):
             return f"custom metadata on {node.name}"
-        if not node.users and str(target) not in _CHECKS:
+        if not node.users and str(target) not in _CHECKS and not _writes_buffer(program, node):
             return f"{node.name} has no users"
         if not _static(node.meta.get("val")):
             return f"{node.name} has no static shape"
     return None
 
 
+def _writes_buffer(program: Any, node: torch.fx.Node) -> bool:
+    """An in-place write of a buffer is used (by the BUFFER_MUTATION output the replay makes)."""
+    buffers = program.graph_signature.inputs_to_buffers
+    return any(
+        isinstance(value, torch.fx.Node) and value.name in buffers for value in written(node)
+    )
+
+
 def _why_mutation(
-    node: torch.fx.Node, target: torch._ops.OpOverload, region_of: dict[torch.fx.Node, Any]
+    node: torch.fx.Node,
+    target: torch._ops.OpOverload,
+    region_of: dict[torch.fx.Node, Any],
+    buffers: dict[str, str],
 ) -> str | None:
     """Export's IR keeps in-place ops until the first replay functionalizes them: that is local
     to a region only when what is written was made in the node's region and is read nowhere
-    else."""
-    for index, argument in enumerate(target._schema.arguments):
-        if argument.alias_info is None or not argument.alias_info.is_write:
+    else, or is a buffer only that layer uses (`_why_buffer_write`)."""
+    for value in written(node):
+        if not isinstance(value, torch.fx.Node):
+            return f"{node.name} writes {value!r} ({target})"
+        if value.op == "placeholder" and value.name in buffers:
+            if why := _why_buffer_write(node, value, region_of):
+                return f"{why} ({target})"
             continue
-        written = node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
-        if not isinstance(written, torch.fx.Node):
-            return f"{node.name} writes {written!r} ({target})"
-        inside = node in region_of and region_of.get(written, object()) == region_of[node]
-        if not inside or any(region_of.get(user) != region_of[node] for user in written.users):
-            return f"{node.name} mutates {written.name}, not its region's own ({target})"
+        if (base := _placeholder_base(value)) is not None:
+            # Functionalization writes the base back (slice_scatter, ...) lazily: at its next
+            # read or at the graph's end, which for a layer cut out alone is the layer's end.
+            return f"{node.name} writes a view of {base.name} ({target})"
+        inside = node in region_of and region_of.get(value, object()) == region_of[node]
+        if not inside or any(region_of.get(user) != region_of[node] for user in value.users):
+            return f"{node.name} mutates {value.name}, not its region's own ({target})"
     return None
+
+
+def _why_buffer_write(
+    writer: torch.fx.Node, buffer: torch.fx.Node, region_of: dict[torch.fx.Node, Any]
+) -> str | None:
+    """A buffer written in place (a KV cache) is local to the layer that writes it when that
+    layer alone uses it, its views and the write's result: its cut then holds the buffer as
+    its own buffer input with every read and write, and the template's functionalizing replay
+    makes the write and its BUFFER_MUTATION output as stock's does (region_edge.py's argument).
+    Written in the rest (whose cut is split around the layers), or used by another region or
+    by the program's output: stock."""
+    layer = region_of.get(writer)
+    if layer is None:
+        return f"{writer.name} writes {buffer.name} outside a layer"
+    aliased = _aliases([writer, buffer])
+    for node in [node for node in writer.graph.nodes if node in aliased]:  # in a stable order
+        for user in node.users:
+            if region_of.get(user) != layer:
+                where = region_of.get(user, "the output") or "the rest"
+                verb = "writes" if node in written(user) else "uses"
+                return f"{writer.name} writes {buffer.name}, which {where} {verb} too"
+    return None
+
+
+def _placeholder_base(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The input (placeholder) a view op's result is a view of, through views, or None."""
+    base = _view_base(node)
+    while base is not None and base.op != "placeholder":
+        base = _view_base(base)
+    return base
+
+
+def written(node: torch.fx.Node) -> list[Any]:
+    """The arguments an op writes in place, by its schema's alias annotations (any namespace)."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return []
+    return [
+        node.args[index] if index < len(node.args) else node.kwargs.get(argument.name)
+        for index, argument in enumerate(target._schema.arguments)
+        if argument.alias_info is not None and argument.alias_info.is_write
+    ]
 
 
 def _why_aliased_read(program: Any, region_of: dict[torch.fx.Node, Any]) -> str | None:
@@ -497,23 +587,11 @@ def _why_aliased_read(program: Any, region_of: dict[torch.fx.Node, Any]) -> str 
     and its views, read in another region than the writer's: stock. (Read only in the writer's
     region, as a KV cache buffer by its layer, the cut holds the write and the reads.)"""
     for writer in program.graph.nodes:
-        target = writer.target
-        if writer.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-            continue
-        written = [writer]
-        for index, argument in enumerate(target._schema.arguments):
-            if argument.alias_info is not None and argument.alias_info.is_write:
-                value = (
-                    writer.args[index]
-                    if index < len(writer.args)
-                    else writer.kwargs.get(argument.name)
-                )
-                if isinstance(value, torch.fx.Node):
-                    written.append(value)
-        if len(written) == 1:
+        values = [value for value in written(writer) if isinstance(value, torch.fx.Node)]
+        if not values:
             continue
         region = region_of.get(writer)
-        aliased = _aliases(written)
+        aliased = _aliases([writer, *values])
         for node in [node for node in program.graph.nodes if node in aliased]:
             for user in node.users:
                 if user.op == "call_function" and region_of.get(user) != region:
