@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 import pytest_asyncio
 
 from lowerd.project.wire import encode
-from lowerd.worker.libraries import library_roots
+from lowerd.worker import libraries
 from lowerd.worker.protocol import (
     ExitedMessage,
     PreloadedMessage,
@@ -51,6 +52,11 @@ def crashy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def pool(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WorkerPool]:
     with pytest.MonkeyPatch.context() as env:  # the fork server inherits the cache location
         env.setenv("LOWERD_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        # One more folder watched as an install location, which the packages test moves: the
+        # venv's own site-packages is every xdist worker's, and moving it would have their
+        # daemons and pools replace their fork servers mid-suite.
+        watched = (*libraries.library_roots(), tmp_path_factory.mktemp("site-packages"))
+        env.setattr(libraries, "library_roots", lambda: watched)
         workers = WorkerPool(max_workers=2)
         await workers.start()
         yield workers
@@ -178,7 +184,10 @@ async def test_a_library_a_build_imported_is_warm_for_the_next_until_packages_ch
     root = tmp_path / "libraries"
     shutil.copytree(PROJECTS / "libraries", root)
     log = root / "build" / "warm.log"
-    site_packages = library_roots()[0]
+    # What an install moves is watched (worker/libraries.py): the venv's site-packages among
+    # them; the pool's own extra folder stands in for it (see `pool`).
+    assert Path(sysconfig.get_paths()["purelib"]).resolve() in libraries.library_roots()
+    installs = libraries.library_roots()[-1]
     expected = sha256(stock_pte(root, "models/net.py:make", ["xnnpack"]))
     log.unlink()  # the stock run above wrote a line too
 
@@ -189,12 +198,12 @@ async def test_a_library_a_build_imported_is_warm_for_the_next_until_packages_ch
     server.process.wait()
     first, _ = await build(pool, root, "net")
     second, _ = await build(pool, root, "net")
-    moved = site_packages.stat()
+    moved = installs.stat()
     try:  # as an install would: site-packages' mtime moves
-        os.utime(site_packages, ns=(moved.st_atime_ns, moved.st_mtime_ns + 1))
+        os.utime(installs, ns=(moved.st_atime_ns, moved.st_mtime_ns + 1))
         third, _ = await build(pool, root, "net")
     finally:
-        os.utime(site_packages, ns=(moved.st_atime_ns, moved.st_mtime_ns))
+        os.utime(installs, ns=(moved.st_atime_ns, moved.st_mtime_ns))
 
     assert log.read_text().split() == ["False", "True", "False"]
     for result in (first, second, third):
