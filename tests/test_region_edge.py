@@ -21,6 +21,7 @@ from lowerd.lowering import edge_speedups
 from lowerd.lowering.build import build_target
 from lowerd.lowering.edge_speedups import EdgeSpeedups
 from lowerd.lowering.region_edge import (
+    CUSTOM_OPS,
     QDQ_OPS,
     RegionalEdge,
     RegionalRun,
@@ -514,7 +515,7 @@ def test_8da4w_linears_are_generated_by_region() -> None:
 
 class Requantized(nn.Module):
     """A layer that hands the next one its output quantized and dequantized (its q/dq chain
-    ends in the next layer's linear), or quantizes with an op the argument does not cover."""
+    ends in the next layer's linear), or calls a torchao or llama op the argument does not cover."""
 
     def __init__(self, op: str = "dequantize_affine") -> None:
         super().__init__()
@@ -530,8 +531,35 @@ class Requantized(nn.Module):
         if self.op == "dequantize_affine":
             q = torch.ops.torchao.quantize_affine(y, block, scale, zero, torch.int8, low, high)
             return torch.ops.torchao.dequantize_affine(q, block, scale, zero, torch.int8, low, high)
+        if self.op == "hadamard":
+            return torch.ops.llama.fast_hadamard_transform(y)
         q = torch.ops.torchao.quantize_affine_float8_non_decomposed(y, scale, torch.float8_e4m3fn)
         return torch.ops.torchao.dequantize_affine_float8_non_decomposed(q, scale, torch.float32)
+
+
+class Attention(nn.Module):
+    """Attention by ExecuTorch's custom_sdpa (optimum's recipe's), start_pos a constant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.ModuleList(nn.Linear(32, 32) for _ in range(3))
+        self.out = nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (linear(x).view(1, 4, 2, 16) for linear in self.qkv)
+        y = torch.ops.llama.custom_sdpa(q, k, v, 0, None, 0.0, True)
+        return x + self.out(y.reshape(1, 4, 32))
+
+
+def test_custom_sdpa_with_a_constant_start_pos_is_generated_by_region() -> None:
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 (registers llama's ops)
+
+    torch.manual_seed(0)
+    program = torch.export.export(Stack(Attention).eval(), (torch.randn(1, 4, 32),))
+    assert any(str(node.target) in CUSTOM_OPS for node in program.graph.nodes)
+    stock, mine, runs = regional_and_stock(program)
+    assert sha256(mine) == sha256(stock)
+    assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
 
 
 @pytest.mark.parametrize(
@@ -545,9 +573,11 @@ class Requantized(nn.Module):
             "float8",
             "an op of namespace torchao (torchao.quantize_affine_float8_non_decomposed.default)",
         ),
+        ("hadamard", "an op of namespace llama (llama.fast_hadamard_transform.default)"),
     ],
 )
-def test_q_dq_chains_across_layers_and_other_torchao_ops_run_stock(op: str, why: str) -> None:
+def test_q_dq_chains_across_layers_and_ops_not_argued_run_stock(op: str, why: str) -> None:
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 (and torch.ops.llama)
     import torchao.quantization.quant_primitives  # noqa: F401 (registers torch.ops.torchao)
 
     stack = Stack(Requantized)

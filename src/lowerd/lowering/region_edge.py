@@ -38,8 +38,8 @@ partitioner), field by field:
   values, value metadata, which inputs are parameters/buffers/activations, which nodes are used
   outside), and two regions of one structure get the same nodes with their own inputs. The rest
   (embeddings, masks with their higher-order ops and vmap's stateful calls, head) is generated
-  alone as one cut in its own order; layers between its parts hold only aten ops and torchao's
-  q/dq ops (gate), which touch no such state (a q/dq op is never decomposed, below). A
+  alone as one cut in its own order; layers between its parts hold only aten ops, torchao's
+  q/dq ops and custom_sdpa (gate), which touch no such state (neither is decomposed, below). A
   region's edge nodes that would leave its run, an output that is an input, a node of no
   region: NotLocal, and stock runs.
 - torchao's affine q/dq ops (QDQ_OPS: choose_qparams_affine, quantize_affine,
@@ -74,6 +74,18 @@ partitioner), field by field:
   no region sees them. lowerd's own memos (intx_memo.py, qparam_memo.py) act before export, on
   the model's weights, and give the program stock's tensors bit for bit: the regional path
   starts from the same exported program, cold or rebuilt from the cache.
+- ExecuTorch's `llama.custom_sdpa` (optimum's recipe's attention, registered by importing
+  executorch.extension.llm.custom_ops; CUSTOM_OPS) is per node through the replays: a functional
+  CompositeExplicitAutograd op (no alias or write in its schema), in no decomposition table (the
+  default one holds aten's decompositions and CompositeImplicitAutograd ops), so each replay
+  re-traces it as itself, its value from its Meta kernel on its own arguments. XNNPACK's
+  partitioner has no config for it: no `ops_to_not_decompose` entry, no check reads it, and its
+  partition step (on the assembled program, as stock's) leaves it outside the delegates. The
+  passes: OpReplace makes its edge op from its target; ScalarToTensorPass coerces nothing (its
+  scalars, start_pos, dropout and scale, are SymInt and floats in its schema, not tensors); the
+  others do not match it. Gate: start_pos is a constant int (a symbol is dynamic shapes, and an
+  unbacked one from `.item()` is not argued). `llama.update_cache` and the other llama ops are
+  gated (update_cache writes a buffer in place).
 - Node names: fx names a node from its target's base and a per-graph counter; emitting the nodes
   in stock's order from each template name's base gives stock's names.
 - `val`: the template's value remade (shape, stride, dtype, device) in one fake mode; its
@@ -175,8 +187,8 @@ Gates (each checked; any other case runs ExecuTorch's own function):
 - inputs only user inputs, parameters and buffers, outputs only user outputs (export's IR
   keeps a buffer's write as its in-place op, with no output), weights plain tensors, static
   shapes;
-- every op in aten or QDQ_OPS (or getitem, or in the rest a higher-order op), every q/dq chain
-  in one region (above); an in-place op only on a
+- every op in aten, QDQ_OPS or CUSTOM_OPS (or getitem, or in the rest a higher-order op), every
+  q/dq chain in one region, custom_sdpa's start_pos a constant (above); an in-place op only on a
   tensor its own region made and only its region reads (export's IR keeps in-place ops until the
   first replay functionalizes them), or directly on a buffer (not a view of one) that one layer
   writes and alone uses; and no tensor written in place, its bases or views (an in-place op's
@@ -190,9 +202,10 @@ tests/test_region_edge.py compares the bytes with the stock script's for a Llama
 first, a middle and the last layer, with scaled weights and an op XNNPACK refuses; for tiny
 stacks with optimum's constant methods, EdgeCompileConfig and transform pass, with three
 methods, and with per-layer caches written in place; for a stack quantized 8da4w as optimum's
-recipe does; and checks that the gates fall back (a q/dq chain across layers, a torchao op not
-argued; a buffer read by another layer, written by two, written in the rest, written through a
-view). tests/test_region_architectures.py compares the bytes and the path across transformers
+recipe does; for attention layers calling custom_sdpa; and checks that the gates fall back (a
+q/dq chain across layers, a torchao op and a llama op not argued; a buffer read by another
+layer, written by two, written in the rest, written through a view).
+tests/test_region_architectures.py compares the bytes and the path across transformers
 architectures (tests/architectures.py: OPT, GPT-2, Phi, Qwen2, Gemma, BERT);
 tests/test_intx_memo.py an 8da4w project built cold and rebuilt from the intx memo.
 """
@@ -246,6 +259,9 @@ _EDGE_META = {
 }
 _INPUT_KINDS = frozenset({"USER_INPUT", "PARAMETER", "BUFFER"})
 _CHECKS = frozenset({"aten._assert_tensor_metadata.default"})
+# ExecuTorch's LLM custom ops the argument covers (executorch.extension.llm.custom_ops), by the
+# index of their start_pos argument, which must be a constant.
+CUSTOM_OPS = {"llama.custom_sdpa.default": 3}
 # torchao's affine q/dq ops, which 8da4w linears are made of (XNNPACK's QDQAffineConfigs): the
 # ops outside aten the argument covers, with the getitems of choose_qparams their q/dq chains.
 QDQ_OPS = frozenset(
@@ -441,8 +457,10 @@ def program_regions(program: Any) -> tuple[list[Region] | None, str | None]:
         target = node.target
         if not isinstance(target, torch._ops.OpOverload):
             continue
-        if target.namespace != "aten" and str(target) not in QDQ_OPS:
+        if target.namespace != "aten" and not _argued_op(target):
             return None, f"an op of namespace {target.namespace} ({target})"
+        if why := _why_custom_op(node, target):
+            return None, why
         if why := _why_mutation(node, target, region_of, buffers):
             return None, why
     if why := _why_aliased_read(program, region_of):
@@ -597,6 +615,23 @@ def _why_aliased_read(program: Any, region_of: dict[torch.fx.Node, Any]) -> str 
                 if user.op == "call_function" and region_of.get(user) != region:
                     where = region_of.get(user) or "the rest"
                     return f"{where} reads {node.name}, a tensor written in place elsewhere"
+    return None
+
+
+def _argued_op(target: torch._ops.OpOverload) -> bool:
+    """An op outside aten the argument covers: torchao's q/dq ops, ExecuTorch's custom_sdpa."""
+    return str(target) in QDQ_OPS or str(target) in CUSTOM_OPS
+
+
+def _why_custom_op(node: torch.fx.Node, target: torch._ops.OpOverload) -> str | None:
+    """custom_sdpa is per node when its start_pos is a constant of the node's own arguments;
+    an unbacked symbol (each layer's `.item()` in optimum's recipe) is not argued."""
+    index = CUSTOM_OPS.get(str(target))
+    if index is None:
+        return None
+    start = node.args[index] if index < len(node.args) else node.kwargs.get("start_pos")
+    if type(start) is not int:
+        return f"{node.name}'s start_pos is not a constant ({target})"
     return None
 
 
