@@ -1,10 +1,10 @@
 """A spread of tiny transformers decoders and encoders (random weights from a config, nothing
-downloaded) for checking lowerd's shortcuts against the stock script on more than Llama: learned
-position embeddings (OPT, GPT-2, BERT), post-norm (OPT with do_layer_norm_before=False, BERT),
-parallel attention/MLP with partial rotary (Phi), biased q/k/v (Qwen2), a scaled embedding and
-(1 + w) RMSNorm (Gemma). Each is wrapped to return logits (BERT: its last hidden state) for
-input_ids of shape (1, 12); every model has two layers and hidden size 32, so one is cheap to
-export and lower."""
+downloaded) for checking lowerd's shortcuts against the stock script on more than Llama (which is
+here too): learned position embeddings (OPT, GPT-2, BERT), post-norm (OPT with
+do_layer_norm_before=False, BERT), parallel attention/MLP with partial rotary (Phi), biased q/k/v
+(Qwen2), a scaled embedding and (1 + w) RMSNorm (Gemma). Each is wrapped to return logits (BERT:
+its last hidden state) for input_ids of shape (1, 12); every model has two layers and hidden size
+32, so one is cheap to export and lower."""
 
 from __future__ import annotations
 
@@ -80,6 +80,9 @@ def _gpt2() -> nn.Module:
 
 
 ARCHITECTURES: dict[str, Callable[[], nn.Module]] = {
+    "llama": lambda: _model(
+        "LlamaConfig", "LlamaForCausalLM", num_key_value_heads=1, use_cache=False
+    ),
     "opt": _opt,
     "opt-post-norm": lambda: _opt(do_layer_norm_before=False),
     "gpt2": _gpt2,
@@ -101,7 +104,11 @@ def architecture(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return model, (torch.randint(2, VOCAB, (1, SEQUENCE)),)
 
 
-def exported(name: str) -> Any:
-    """The named model exported as a user would: torch.export.export(model, inputs)."""
+def exported(name: str, strict: bool = False) -> Any:
+    """The named model exported as a user would: torch.export.export(model, inputs); strict,
+    under no_grad, as transformers' convert_and_export_with_cache and optimum-executorch do."""
     model, inputs = architecture(name)
-    return torch.export.export(model, inputs)
+    if not strict:
+        return torch.export.export(model, inputs)
+    with torch.no_grad():
+        return torch.export.export(model, inputs, strict=True)

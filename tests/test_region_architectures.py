@@ -10,13 +10,15 @@ cut out alone emitted it at its own node, its debug handle (in XNNPACK's blob) o
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from lowerd.lowering.region_edge import RegionalRun, program_regions
 
 from architectures import exported
 from stock import sha256
-from test_region_edge import regional_and_stock
+from test_region_edge import regional_and_stock, replay_metadata
 
 # Two layers of one structure and the rest: 3 regions from 2 templates.
 BY_REGION = ("gpt2", "phi", "qwen2")
@@ -46,6 +48,20 @@ def test_an_architecture_gives_stock_s_bytes_and_names_its_path(name: str) -> No
     stock, mine, runs = regional_and_stock(exported(name))
     assert sha256(mine) == sha256(stock)
     assert runs == [expected(name)]
+
+
+# Exported strict under no_grad (as transformers' convert_and_export_with_cache and
+# optimum-executorch do): source_fn_stack on every node, example_value on weight placeholders.
+STRICT = ("llama", "gpt2")
+
+
+@pytest.mark.parametrize("name", STRICT)
+def test_a_strict_export_gives_stock_s_bytes_and_metadata_by_region(name: str) -> None:
+    edges: list[Any] = []
+    stock, mine, runs = regional_and_stock(exported(name, strict=True), edges=edges)
+    assert sha256(mine) == sha256(stock)
+    assert runs == [RegionalRun(regions=3, templates=2, stock_because=None)]
+    assert replay_metadata(edges[1]) == replay_metadata(edges[0])
 
 
 @pytest.mark.parametrize("name", [name for name in BY_REGION if name not in LOWERED])

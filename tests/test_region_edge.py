@@ -157,10 +157,54 @@ def regional_and_stock(
     return stock, mine, regional.runs
 
 
+def replay_metadata(manager: Any) -> list[Any]:
+    """Per node of an edge manager's program and of its delegates' programs, the metadata that
+    strict export adds and the replays copy from node to node (and onto a weight placeholder
+    from its last user): neither reaches the bytes, and partition_key.py keys both."""
+    module = manager.exported_program().graph_module
+    lowered = [getattr(module, str(n.target)) for n in module.graph.nodes if n.op == "get_attr"]
+    graphs = [module.graph, *(each.original_module.graph for each in lowered)]
+    return [
+        (
+            node.name,
+            node.meta.get("source_fn_stack"),
+            node.meta.get("torch_fn"),
+            node.meta.get("example_value", "none") is node.meta.get("val"),
+        )
+        for graph in graphs
+        for node in graph.nodes
+    ]
+
+
 def test_repeated_layers_without_an_llama_are_generated_by_region() -> None:
     stock, mine, runs = regional_and_stock(exported(Stack(Plain)))
     assert sha256(mine) == sha256(stock)
     assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
+
+
+class Tied(nn.Module):
+    """Layers reading one weight: the replays give its placeholder its last user's metadata."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = Stack(Plain)
+        for layer in self.layers.layers[1:]:
+            layer.linear.weight = self.layers.layers[0].linear.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+def test_a_weight_several_layers_read_has_stock_s_metadata() -> None:
+    """Strict export: each node's source_fn_stack is its own layer's, and the tied weight's
+    placeholder its last reader's (the assembly once gave it the first reader's)."""
+    with torch.no_grad():
+        program = exported(Tied(), strict=True)
+    edges: list[Any] = []
+    stock, mine, runs = regional_and_stock(program, edges=edges)
+    assert sha256(mine) == sha256(stock)
+    assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
+    assert replay_metadata(edges[1]) == replay_metadata(edges[0])
 
 
 # Part of optimum's save_config_to_constant_methods (get_head_dim is a float).

@@ -21,7 +21,7 @@ from lowerd.lowering.region_cut import Region, attr, layer_path, weight_specs
 _SUFFIX = re.compile(r"_\d+$")
 # Per-node metadata ExecuTorch copies from the aten node an edge node descends from, and which
 # differs between layers: a copy takes its own layer's value.
-PER_LAYER_META = ("nn_module_stack", "stack_trace", "torch_fn")
+PER_LAYER_META = ("nn_module_stack", "stack_trace", "torch_fn", "source_fn_stack")
 # The pass name a copied node's provenance carries (from_node): it descends from its own layer's
 # aten node, as the template's node descends from the template region's.
 PROVENANCE = "lowerd regional edge generation"
@@ -133,7 +133,9 @@ class Assembly:
         self.graph = torch.fx.Graph()
         self.owner = torch.nn.Module()
         self.amap: dict[torch.fx.Node, torch.fx.Node] = {}  # whole aten node -> assembled node
-        self.placeholder_done: set[torch.fx.Node] = set()
+        # The program's placeholder -> the copies reading it, with their template's placeholder.
+        self.readers: dict[torch.fx.Node, list[tuple[Copy, torch.fx.Node]]] = {}
+        self.emitted_by: dict[torch.fx.Node, Copy] = {}
         self.lifted: list[tuple[torch.fx.Node, torch.Tensor]] = []
         self.buffers = len(program.graph_signature.buffers)
         self.weights = {name: spec.target for name, spec in weight_specs(program).items()}
@@ -155,6 +157,7 @@ class Assembly:
                 new = self.graph.placeholder(node.name)
                 new.meta = dict(node.meta)
                 new.meta["val"] = self.fake(node.meta["val"])
+                _example_value(node, new.meta)  # a placeholder no copy reads keeps it so too
                 self.amap[node] = new
                 if node.name in users and self.first_user is None:
                     self.first_user = new
@@ -251,6 +254,7 @@ class Assembly:
             new.meta["from_node"] = [_source(copy_.own(node))]
         self.grads(new)
         copy_.env[node] = new
+        self.emitted_by[new] = copy_
         return new
 
     def grads(self, new: torch.fx.Node) -> None:
@@ -283,15 +287,37 @@ class Assembly:
         if index is None:
             return self.lift(copy_, node)
         new = self.amap[copy_.region.inputs[index]]
-        if new.op == "placeholder" and new not in self.placeholder_done:
-            self.placeholder_done.add(new)
-            new.meta = self.meta_for(copy_, node)  # the edge placeholder's, as stock makes it
-            self.own_desc(copy_, node, new)
-            if "from_node" in new.meta and not copy_.is_template:
-                # A buffer written in place: the replays make its placeholder descend from the
-                # write (the copy_ back into it, replaced), so from this region's own write.
-                new.meta["from_node"] = [_source(copy_.own(node))]
+        if new.op == "placeholder":
+            if new not in self.readers:  # its edge metadata, as stock makes it (and grads reads)
+                self.placeholder_from(copy_, node, new)
+            self.readers.setdefault(new, []).append((copy_, node))
         return new
+
+    def placeholder_meta(self) -> None:
+        """Each placeholder a copy reads gets the edge placeholder's metadata, as stock makes it:
+        the replays give a weight the `_COPY_META_FIELDS` (source_fn_stack, torch_fn, ...) of
+        its last user in the graph (torch._export.utils._collect_param_buffer_metadata), so a
+        weight several regions read takes them from the template of the region holding its
+        last user, which in that region's cut is its last user too (the first reader's were set
+        while emitting, for `grads`)."""
+        order = {node: i for i, node in enumerate(self.graph.nodes)}
+        for new, reads in self.readers.items():
+            users = [user for user in new.users if user in self.emitted_by]
+            copy_ = self.emitted_by[max(users, key=order.__getitem__)]
+            if copy_ is reads[0][0]:
+                continue  # the first reader's, already
+            [node] = [theirs for reader, theirs in reads if reader is copy_]
+            self.placeholder_from(copy_, node, new)
+
+    def placeholder_from(self, copy_: Copy, node: torch.fx.Node, new: torch.fx.Node) -> None:
+        """The program's placeholder `new` gets the copy's template placeholder's edge metadata,
+        with its own weight's desc and provenance."""
+        new.meta = self.meta_for(copy_, node)  # the edge placeholder's, as stock makes it
+        self.own_desc(copy_, node, new)
+        if "from_node" in new.meta and not copy_.is_template:
+            # A buffer written in place: the replays make its placeholder descend from the
+            # write (the copy_ back into it, replaced), so from this region's own write.
+            new.meta["from_node"] = [_source(copy_.own(node))]
 
     def own_desc(self, copy_: Copy, node: torch.fx.Node, new: torch.fx.Node) -> None:
         """A weight placeholder's `desc` names its weight (ParamAOTInput/BufferAOTInput(target=
@@ -331,6 +357,7 @@ class Assembly:
         meta = dict(node.meta)
         meta["val"] = self.fake(node.meta.get("val"))
         meta.pop("debug_handle", None)
+        _example_value(node, meta)
         if copy_.is_template:
             return meta
         for key in PER_LAYER_META:
@@ -365,6 +392,7 @@ class Assembly:
         as in stock's run)."""
         from executorch.exir.passes.debug_handle_generator_pass import DebugHandleGeneratorPass
 
+        self.placeholder_meta()
         [out] = [n for n in self.program.graph.nodes if n.op == "output"]
         buffers = self.program.graph_signature.inputs_to_buffers
         order = [buffers[n.name] for n in self.program.graph.nodes if n.name in buffers]
@@ -381,6 +409,16 @@ class Assembly:
         module = torch.fx.GraphModule(self.owner, self.graph)
         DebugHandleGeneratorPass()(module)
         return module
+
+
+def _example_value(node: torch.fx.Node, meta: dict[str, Any]) -> None:
+    """Strict export's `example_value` on a weight placeholder is the object its `val` is (the
+    replays keep both from the unlifted module's get_attr): the remade val is it too."""
+    if "example_value" not in meta:
+        return
+    if node.meta["example_value"] is not node.meta.get("val"):
+        raise NotLocal(f"{node.name}'s example_value is not its val")
+    meta["example_value"] = meta["val"]
 
 
 def _source(node: torch.fx.Node) -> Any:

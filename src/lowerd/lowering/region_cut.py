@@ -91,7 +91,30 @@ def structure(program: Any, region: Region) -> tuple[Any, ...]:
             node in outputs,
         )
         for node in region.nodes
-    ) + (tuple(value_meta(i.meta.get("val")) for i in region.inputs),)
+    ) + (tuple(value_meta(i.meta.get("val")) for i in region.inputs), source_fns(region))
+
+
+def source_fns(region: Region) -> tuple[Any, ...]:
+    """The shape of each node's `source_fn_stack` (strict export's [(fx name, module class or
+    function)]): the fx names by their first place among the region's, which differ between
+    layers, the callables by name. Two regions of one shape have one-to-one names, so a copy
+    takes its own node's stack at the template's place (region_assembly.PER_LAYER_META)."""
+    first: dict[str, int] = {}
+
+    def shape(stack: Any) -> Any:
+        if stack is None:
+            return None
+        return tuple((first.setdefault(name, len(first)), _callable(fn)) for name, fn in stack)
+
+    return tuple(shape(node.meta.get("source_fn_stack")) for node in region.nodes)
+
+
+def _callable(fn: Any) -> str:
+    """A module class or function by its qualified name (a method called on a tensor is its
+    name already: "view")."""
+    if isinstance(fn, str):
+        return fn
+    return f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 def value_meta(value: Any) -> Any:

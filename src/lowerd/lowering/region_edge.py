@@ -95,6 +95,27 @@ partitioner), field by field:
 - `nn_module_stack`, `stack_trace`, `torch_fn`: the region's own aten node's value at the place
   the template's came from (a value mapping to two places' different values: NotLocal).
   lowerd's report, refusals and module coverage read them; they are stock's.
+- `source_fn_stack` (strict export's [(fx name, module class or function)], on call_function
+  nodes and, from the parameter's user in dynamo's graph, on weight placeholders): copied per
+  node by the replays (fx.proxy's _COPY_META_FIELDS), as nn_module_stack; its fx names are
+  unique per call, so they differ between layers. A region's `structure` holds its shape (names
+  by first place in the region, callables by name: region_cut.source_fns), so names map one to
+  one between two regions of one structure, and a copy takes the region's own node's value at
+  the template's place. No pass, partitioner or emitter of these versions reads it (XNNPACK's
+  get_source_fn is called nowhere; to_backend only pops it off the getitems after a delegate;
+  serde writes it, but not into a .pte); partition_key.py keys it (the callables only, with
+  stable naming), so its value must be stock's to keep a partition's key.
+- A weight placeholder's `_COPY_META_FIELDS` (source_fn_stack, torch_fn, original_aten, ...):
+  each replay sets them from the weight's last user in the graph
+  (torch._export.utils._collect_param_buffer_metadata). A weight several regions read (tied
+  weights) takes them from the template of the region holding its last user in the assembled
+  graph (stock's order), whose cut has it as its last user too; the first reader's, as the
+  assembly once gave, is stock's only when one region reads it.
+- `example_value` (strict export, on weight placeholders only; the edge program's keeps it from
+  the unlifted module's get_attr, the very object that is its `val`): the remade val, the same
+  object (a template whose example_value is another object than its val: NotLocal). Readers:
+  ExportPass mirrors it onto the sym_size nodes it makes (dynamic shapes only: gated), no
+  partitioner or emitter; partition_key.py keys it as a tensor's description, the val's.
 - `from_node`: a copy's node descends from its own region's aten node (a one-link chain to it,
   which holds that node's own chain), the template region's from the cut of its own: the root
   is the same aten node (or its ancestor) as in stock's chain. Two readers: the debug handles
@@ -194,20 +215,23 @@ Gates (each checked; any other case runs ExecuTorch's own function):
   writes and alone uses; and no tensor written in place, its bases or views (an in-place op's
   result among them) read in another region;
 - in a layer: no get_attr input, no call but an aten op or getitem, every node used (or an
-  assert, or a buffer's write), only the node metadata keys the argument covers, no `custom`
-  annotation; the same of each layer template's edge program (checked after it is made:
+  assert, or a buffer's write), only the node metadata keys the argument covers (strict
+  export's source_fn_stack among them), no `custom` annotation; the same of each layer
+  template's edge program (its placeholders may carry example_value: checked after it is made:
   NotLocal);
 - regions contiguous, and at least two layers of one structure (otherwise no gain).
 tests/test_region_edge.py compares the bytes with the stock script's for a Llama edited at the
 first, a middle and the last layer, with scaled weights and an op XNNPACK refuses; for tiny
 stacks with optimum's constant methods, EdgeCompileConfig and transform pass, with three
 methods, and with per-layer caches written in place; for a stack quantized 8da4w as optimum's
-recipe does; for attention layers calling custom_sdpa; and checks that the gates fall back (a
-q/dq chain across layers, a torchao op and a llama op not argued; a buffer read by another
-layer, written by two, written in the rest, written through a view).
-tests/test_region_architectures.py compares the bytes and the path across transformers
-architectures (tests/architectures.py: OPT, GPT-2, Phi, Qwen2, Gemma, BERT);
-tests/test_intx_memo.py an 8da4w project built cold and rebuilt from the intx memo.
+recipe does; for attention layers calling custom_sdpa; for a strict export whose layers read one
+tied weight (metadata as stock's); and checks that the gates fall back (a q/dq chain across
+layers, a torchao op and a llama op not argued; a buffer read by another layer, written by two,
+written in the rest, written through a view). tests/test_region_architectures.py compares the
+bytes and the path across transformers architectures (tests/architectures.py: OPT, GPT-2, Phi,
+Qwen2, Gemma, BERT), and Llama and GPT-2 exported strict under no_grad (bytes and the replays'
+metadata as stock's); tests/test_intx_memo.py an 8da4w project built cold and rebuilt from the
+intx memo.
 """
 
 from __future__ import annotations
@@ -249,13 +273,14 @@ _LAYER_META = frozenset(
         "from_node",
         "original_aten",
         "eager_input_vals",
+        "source_fn_stack",
     }
 )
 # Node metadata of a layer template's edge nodes the argument covers, by node kind (its output
 # node is not copied: the assembly makes the program's own).
 _EDGE_META = {
     "call_function": _LAYER_META | {"debug_handle"},
-    "placeholder": _LAYER_META | {"desc"},
+    "placeholder": _LAYER_META | {"desc", "example_value"},
 }
 _INPUT_KINDS = frozenset({"USER_INPUT", "PARAMETER", "BUFFER"})
 _CHECKS = frozenset({"aten._assert_tensor_metadata.default"})
