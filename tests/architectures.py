@@ -112,3 +112,14 @@ def exported(name: str, strict: bool = False) -> Any:
         return torch.export.export(model, inputs)
     with torch.no_grad():
         return torch.export.export(model, inputs, strict=True)
+
+
+def dynamic_llama() -> Any:
+    """A two-layer transformers Llama (no KV cache) exported as the LLM flows users ship export
+    it: non-strict, the sequence length a Dim from 1 to max_seq_len - 1 (optimum-executorch's
+    range; export raises the 1 to 2, as every such program's range constraints show)."""
+    torch.manual_seed(0)
+    model = _model("LlamaConfig", "LlamaForCausalLM", num_key_value_heads=1, use_cache=False).eval()
+    inputs = (torch.randint(2, VOCAB, (1, SEQUENCE)),)
+    sequence = torch.export.Dim("sequence", min=1, max=_SMALL["max_position_embeddings"] - 1)
+    return torch.export.export(model, inputs, dynamic_shapes=({1: sequence},), strict=False)

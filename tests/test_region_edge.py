@@ -473,10 +473,38 @@ def test_layers_of_no_common_structure_run_stock(model: Any) -> None:
     assert program_regions(exported(model())) == (None, "no two layers of one structure")
 
 
-def test_dynamic_shapes_run_stock() -> None:
-    batch = torch.export.Dim("batch", min=2, max=16)
-    program = exported(Stack(Plain), dynamic_shapes=({0: batch},))
-    assert program_regions(program) == (None, "dynamic shapes")
+def test_a_dynamic_sequence_is_generated_by_region() -> None:
+    """A Llama with a dynamic sequence length (backed `s0`): the rest binds it once after the
+    placeholders and every layer reads that binding; each layer template reads it as its cut's
+    first user input. The .pte (upper-bound sizes, the sym_size ops outside the delegates) is
+    the stock script's."""
+    from architectures import dynamic_llama
+
+    program = dynamic_llama()
+    assert program.range_constraints  # dynamic indeed
+    stock, mine, runs = regional_and_stock(program)
+    assert sha256(mine) == sha256(stock)
+    assert runs == [RegionalRun(regions=3, templates=2, stock_because=None)]
+
+
+class Counts(nn.Module):
+    """Layers over as many rows as a tensor says: `.item()` makes an unbacked symbol."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = Stack(Plain)
+
+    def forward(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        count = rows.item()
+        torch._check(count >= 1)
+        torch._check(count <= x.shape[0])
+        return self.layers(x[:count])
+
+
+def test_unbacked_symbols_run_stock() -> None:
+    program = torch.export.export(Counts().eval(), (torch.randn(4, 8), torch.tensor(2)))
+    found, why = program_regions(program)
+    assert found is None and str(why).startswith("unbacked symbols (u")
 
 
 def test_calls_the_argument_does_not_cover_run_stock() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from lowerd.lowering.region_cut import Region, attr, layer_path, weight_specs
+from lowerd.lowering.region_cut import Region, attr, cut_user_inputs, layer_path, weight_specs
 
 _SUFFIX = re.compile(r"_\d+$")
 # Per-node metadata ExecuTorch copies from the aten node an edge node descends from, and which
@@ -96,6 +96,20 @@ def _frozen(value: Any) -> Any:
     return value
 
 
+def _program_fake_mode(program: Any) -> Any:
+    """A dynamic program's own fake mode (its ShapeEnv holds the symbols and their ranges; the
+    replays run in it, so stock's edge values are made in it too), or None for a static one."""
+    from torch._guards import detect_fake_mode
+
+    if not program.range_constraints:
+        return None
+    return detect_fake_mode([n.meta.get("val") for n in program.graph.nodes])
+
+
+def _expr(size: Any) -> Any:
+    return size.node.expr if isinstance(size, torch.SymInt) else None
+
+
 def _requires_grad(value: Any) -> bool:
     if isinstance(value, torch.Tensor):
         return bool(value.requires_grad)
@@ -129,7 +143,7 @@ class Assembly:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         self.program = program
-        self.fake_mode = FakeTensorMode()
+        self.fake_mode = _program_fake_mode(program) or FakeTensorMode()
         self.graph = torch.fx.Graph()
         self.owner = torch.nn.Module()
         self.amap: dict[torch.fx.Node, torch.fx.Node] = {}  # whole aten node -> assembled node
@@ -190,7 +204,7 @@ class Assembly:
             for step, node in enumerate(copy_.template.edge.graph.nodes):
                 if node.op != "call_function":
                     continue
-                segment = self.segment[copy_.own(node)]
+                segment = self.segment[copy_.own(self._placed_with(copy_, node))]
                 if segment < last:
                     raise NotLocal(f"{copy_.region.key}'s edge nodes leave its order")
                 last = segment
@@ -234,6 +248,53 @@ class Assembly:
         if len(places) != 1:
             raise NotLocal(f"{copy_.region.key} writes {theirs}, none of its inputs")
         return str(self.weights[copy_.region.inputs[places[0]].name])
+
+    def _placed_with(self, copy_: Copy, node: torch.fx.Node) -> torch.fx.Node:
+        """The template node whose region node places `node`: itself, or, for a node of the
+        rest the replays made from no node of its cut (a symbolic size's binding, a sym op a
+        decomposition computed), its neighbours' in the template, which must agree."""
+        if copy_.region.key is not None or self._has_root(copy_, node):
+            return node
+        if node.target is torch.ops.aten.sym_size.int and not self._binds_size(copy_, node):
+            raise NotLocal(f"{node.name} binds a size stock's program does not bind")
+        nodes = [n for n in node.graph.nodes if n.op == "call_function"]
+        at = nodes.index(node)
+        before = [n for n in reversed(nodes[:at]) if self._has_root(copy_, n)][:1]
+        after = [n for n in nodes[at + 1 :] if self._has_root(copy_, n)][:1]
+        if len({self.segment[copy_.own(n)] for n in before + after}) != 1:
+            raise NotLocal(f"{node.name} descends from no node of its region")
+        placed: torch.fx.Node = (after + before)[0]
+        return placed
+
+    def _has_root(self, copy_: Copy, node: torch.fx.Node) -> bool:
+        return region_root(node, copy_.template.cut_graph) in copy_.places
+
+    def _binds_size(self, copy_: Copy, node: torch.fx.Node) -> bool:
+        """Whether the rest's `sym_size` of an input binds the symbol as stock's does: the
+        replays' insert_deferred_runtime_asserts binds each input symbol after the placeholders
+        at the first placeholder carrying it, at the first size holding it."""
+        tensor, dim = node.args
+        if not isinstance(tensor, torch.fx.Node) or tensor.op != "placeholder":
+            return False
+        index = self._input_index(copy_, tensor)
+        value = node.meta.get("val")
+        if index is None or not isinstance(value, torch.SymInt):
+            return False
+        return self._binder(value) == (copy_.region.inputs[index], dim)
+
+    def _binder(self, size: torch.SymInt) -> tuple[torch.fx.Node, int] | None:
+        """The program placeholder and dimension a replay binds the symbolic size to."""
+        expr = size.node.expr
+        for node in self.program.graph.nodes:
+            value = node.meta.get("val")
+            if node.op != "placeholder" or not isinstance(value, torch.Tensor):
+                continue
+            shape = [_expr(d) for d in value.shape]
+            if expr in shape:
+                return node, shape.index(expr)
+            if expr in [_expr(d) for d in value.stride()]:
+                return None
+        return None
 
     def emit(self, copy_: Copy, node: torch.fx.Node) -> torch.fx.Node:
         def resolve(arg: torch.fx.Node) -> torch.fx.Node:
@@ -344,10 +405,8 @@ class Assembly:
             [index] = [i for i, n in enumerate(inputs) if self.weights.get(n.name) == fqn]
             return index
         if node.name in edge.user_inputs:
-            users = [
-                i for i, n in enumerate(inputs) if n.op != "get_attr" and n.name not in self.weights
-            ]
-            return users[list(edge.user_inputs).index(node.name)]
+            users = cut_user_inputs(copy_.template.region, self.weights)
+            return inputs.index(users[list(edge.user_inputs).index(node.name)])
         return None
 
     def meta_for(self, copy_: Copy, node: torch.fx.Node) -> dict[str, Any]:

@@ -119,10 +119,16 @@ def _callable(fn: Any) -> str:
 
 def value_meta(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return (tuple(value.shape), value.dtype, tuple(value.stride()), value.requires_grad)
+        shape = tuple(_size(d) for d in value.shape)
+        return (shape, value.dtype, tuple(_size(d) for d in value.stride()), value.requires_grad)
     if isinstance(value, (list, tuple)):
         return tuple(value_meta(v) for v in value)
     return repr(value)
+
+
+def _size(size: Any) -> Any:
+    """A size, or a symbolic size by its expression (a SymInt does not hash)."""
+    return ("sym", str(size.node.expr)) if isinstance(size, torch.SymInt) else size
 
 
 def attr(module: Any, target: str) -> Any:
@@ -144,16 +150,29 @@ class _Cut:
     constants: dict[str, Any] = field(default_factory=dict)
 
 
+def cut_user_inputs(region: Region, weights: dict[str, Any]) -> list[torch.fx.Node]:
+    """The region's inputs its cut takes as user inputs, in the cut's order: the symbolic sizes
+    first, then the activations (each in first-use order). A replay's tracer binds a SymInt to
+    the first input it meets that carries it and keeps that binding: an activation first would
+    bind the size to a `sym_size` of the activation, a node stock's whole program does not have
+    (its sizes are bound to the program's own input, in the rest); the size input first binds
+    it to the placeholder the assembly maps to the region's input."""
+    users = [i for i in region.inputs if i.op != "get_attr" and i.name not in weights]
+    sizes = [i for i in users if isinstance(i.meta.get("val"), torch.SymInt)]
+    return sizes + [i for i in users if i not in sizes]
+
+
 def cut(program: Any, region: Region) -> Any:
     """The region's aten nodes as their own ExportedProgram: its parameters, buffers and
     constants as they are in the program, its other inputs as user inputs, what is used outside
     as outputs. Node names and metadata are the whole program's."""
-    from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+    from torch.export.graph_signature import InputKind, InputSpec, SymIntArgument, TensorArgument
 
     weights = weight_specs(program)
     made = _Cut()
     ordered = [i for i in region.inputs if i.name in weights]
-    ordered += [i for i in region.inputs if i.name not in weights]
+    ordered += [i for i in region.inputs if i.op == "get_attr" and i.name not in weights]
+    ordered += cut_user_inputs(region, weights)
     for node in [i for i in ordered if i.op == "get_attr"]:
         setattr(made.root, str(node.target), attr(program.graph_module, str(node.target)))
         made.env[node] = made.graph.get_attr(str(node.target))
@@ -163,7 +182,9 @@ def cut(program: Any, region: Region) -> Any:
         made.env[node].meta = copy.copy(node.meta)
         spec = weights.get(node.name)
         if spec is None:
-            made.specs.append(InputSpec(InputKind.USER_INPUT, TensorArgument(node.name), None))
+            sized = isinstance(node.meta["val"], torch.SymInt)  # a symbolic size: SymInt input
+            argument = (SymIntArgument if sized else TensorArgument)(node.name)
+            made.specs.append(InputSpec(InputKind.USER_INPUT, argument, None))
             made.users.append(node.meta["val"])
         elif spec.target in program.state_dict:
             made.specs.append(copy.copy(spec))
@@ -200,7 +221,7 @@ def _program(program: Any, region: Region, made: _Cut) -> Any:
         graph=made.graph,
         graph_signature=ExportGraphSignature(made.specs, outputs),
         state_dict=made.state,
-        range_constraints={},
+        range_constraints=dict(program.range_constraints),
         module_call_graph=[entry],
         example_inputs=None,
         constants=made.constants,

@@ -188,6 +188,35 @@ partitioner), field by field:
   (which op family a check refuses) and to_executorch's LegalizePortableDimOrderPass, which
   reads the manager's config: the assembled program's manager is given the same object.
   `preserve_ops` and a non-empty `_core_aten_ops_exception_list` are not argued (gate).
+- Dynamic shapes with backed symbols (a sequence `Dim`, as every LLM flow users ship exports
+  it: `s70` in [2, 63] for 1..max_seq_len - 1). The replays run in the program's own fake mode
+  (run_decompositions detects it from the placeholders' values) and so in its one ShapeEnv,
+  with its ranges; each template's cut keeps the program's values, so it runs in that same
+  ShapeEnv, and its replays meet the guards stock's met. The symbol is bound once: the replays'
+  insert_deferred_runtime_asserts puts `sym_size(input, d)` after the placeholders, at the first
+  placeholder and size carrying it, and a replay's tracer keys a SymInt by its SymNode and keeps
+  the first binding it meets. In stock's whole program every layer's view_copy, expand_copy and
+  slice_copy then reads that one node of the rest (export's own `sym_size_int` node, which the
+  layers take as an input, is rebound to it). A layer's cut takes that node as a SymInt user
+  input placed before its activations (region_cut.cut_user_inputs): the tracer binds the symbol
+  to it (the activations carry the same SymNode; first, they would bind it to a `sym_size` of
+  the activation, a node stock does not have), so the template's nodes read the placeholder the
+  assembly maps to the rest's binding. The rest's template makes the binding (checked: at the
+  program's first placeholder and size carrying the symbol, as stock's) and the sym ops its
+  decompositions compute (`s70 + 1` for the mask); their from_node roots are the replays' own
+  nodes, in no region, one each as in stock (so their own debug handles), placed with their
+  template neighbours' segment (both must agree). A layer template node descending from no
+  node of its cut: NotLocal. `val`s are remade in the program's fake mode (the one stock's edge
+  values live in), with the template's SymInt sizes and strides, which are the program's
+  symbols, so `s70` everywhere as in stock's program; a SymInt `val` is the template's own.
+  Names of symbols reach no byte: the emitter writes each tensor's upper-bound sizes, which
+  to_executorch's ConstraintBasedSymShapeEvalPass computes from the ShapeEnv's ranges (the
+  same), and its dynamism; the sym_size and sym ops stay outside the delegates (XNNPACK refuses
+  a view with a SymInt size, in stock too) and become the emitter's sym ops from their targets.
+  Range constraints are the program's, as stock passes them on (the cut carries them too).
+  `structure` reads a symbolic size by its expression. Unbacked symbols (`u0` of an `.item()`,
+  each layer's in custom SDPA's start_pos, with `_assert_scalar` and range nodes), SymFloat and
+  SymBool values: gate.
 - More than one method (prefill/decode; a multimodal program's text_decoder, token_embedding):
   stock's loop makes each method's edge program from that method's aten program and
   partitioners alone; what it shares is the config, read only as the fields above (and
@@ -206,8 +235,8 @@ Gates (each checked; any other case runs ExecuTorch's own function):
 - only XNNPACK partitioners (lowerd's observed wrapper seen through), an EdgeCompileConfig whose
   other fields than `_check_ir_validity` and `_skip_dim_order` are the default;
 - inputs only user inputs, parameters and buffers, outputs only user outputs (export's IR
-  keeps a buffer's write as its in-place op, with no output), weights plain tensors, static
-  shapes;
+  keeps a buffer's write as its in-place op, with no output), weights plain tensors; symbolic
+  values only backed SymInt sizes (no unbacked symbol, SymFloat or SymBool);
 - every op in aten, QDQ_OPS or CUSTOM_OPS (or getitem, or in the rest a higher-order op), every
   q/dq chain in one region, custom_sdpa's start_pos a constant (above); an in-place op only on a
   tensor its own region made and only its region reads (export's IR keeps in-place ops until the
@@ -225,9 +254,10 @@ first, a middle and the last layer, with scaled weights and an op XNNPACK refuse
 stacks with optimum's constant methods, EdgeCompileConfig and transform pass, with three
 methods, and with per-layer caches written in place; for a stack quantized 8da4w as optimum's
 recipe does; for attention layers calling custom_sdpa; for a strict export whose layers read one
-tied weight (metadata as stock's); and checks that the gates fall back (a q/dq chain across
-layers, a torchao op and a llama op not argued; a buffer read by another layer, written by two,
-written in the rest, written through a view). tests/test_region_architectures.py compares the
+tied weight (metadata as stock's); for a Llama with a dynamic sequence length; and checks that
+the gates fall back (a q/dq chain across layers, a torchao op and a llama op not argued; a
+buffer read by another layer, written by two, written in the rest, written through a view;
+unbacked symbols). tests/test_region_architectures.py compares the
 bytes and the path across transformers architectures (tests/architectures.py: OPT, GPT-2, Phi,
 Qwen2, Gemma, BERT), and Llama and GPT-2 exported strict under no_grad (bytes and the replays'
 metadata as stock's); tests/test_intx_memo.py an 8da4w project built cold and rebuilt from the
@@ -509,20 +539,15 @@ def _why_signature(program: Any) -> str | None:
         return f"a {unusual[0]} input"
     if unusual := [s.kind.name for s in signature.output_specs if s.kind.name != "USER_OUTPUT"]:
         return f"a {unusual[0]} output"
-    if program.range_constraints:
-        return "dynamic shapes"
     for name, value in [*program.state_dict.items(), *program.constants.items()]:
         if type(value) not in (torch.Tensor, torch.nn.Parameter):
             return f"{name} is a {type(value).__name__}"
-    for node in program.graph.nodes:
-        if node.op == "placeholder" and not _static(node.meta.get("val")):
-            return f"input {node.name} has no static shape"
-    return None
+    return _why_symbols(program)
 
 
 def _why_layer(program: Any, region: Region) -> str | None:
     """Why a layer is not one the argument covers: a call but an aten op, an input made by a
-    get_attr, metadata it does not know, a node nothing uses, a value of no static shape."""
+    get_attr, metadata it does not know, a node nothing uses."""
     for node in region.inputs:
         if node.op == "get_attr":
             return f"{region.key} reads {node.target}"
@@ -539,8 +564,6 @@ def _why_layer(program: Any, region: Region) -> str | None:
             return f"custom metadata on {node.name}"
         if not node.users and str(target) not in _CHECKS and not _writes_buffer(program, node):
             return f"{node.name} has no users"
-        if not _static(node.meta.get("val")):
-            return f"{node.name} has no static shape"
     return None
 
 
@@ -719,12 +742,28 @@ def _view_base(node: torch.fx.Node) -> torch.fx.Node | None:
     return base if isinstance(base, torch.fx.Node) else None
 
 
-def _static(value: Any) -> bool:
-    if isinstance(value, torch.Tensor):
-        return all(isinstance(d, int) for d in (*value.shape, *value.stride()))
+def _why_symbols(program: Any) -> str | None:
+    """Why the program's symbolic values are not ones the argument covers: only backed SymInt
+    sizes (a dynamic dimension's `s0`, shared by every region through the rest's one binding).
+    Unbacked symbols (`u0` of an `.item()`, with their `_assert_scalar` and range nodes) are
+    allocated by the replays in program order: not argued."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    for node in program.graph.nodes:
+        value = node.meta.get("val")
+        if node.op == "output" or value is None:
+            continue
+        if unbacked := free_unbacked_symbols(value):
+            return f"unbacked symbols ({', '.join(sorted(map(str, unbacked)))} in {node.name})"
+        if _symbolic_scalar(value):
+            return f"{node.name} is a symbolic float or bool"
+    return None
+
+
+def _symbolic_scalar(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
-        return all(_static(v) for v in value)
-    return not isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+        return any(_symbolic_scalar(v) for v in value)
+    return isinstance(value, (torch.SymFloat, torch.SymBool))
 
 
 def _templates(
