@@ -255,6 +255,8 @@ class Assembly:
         decomposition computed), its neighbours' in the template, which must agree."""
         if copy_.region.key is not None or self._has_root(copy_, node):
             return node
+        if not isinstance(node.meta.get("val"), torch.SymInt):  # only sym nodes: argued
+            return node  # own() raises NotLocal
         if node.target is torch.ops.aten.sym_size.int and not self._binds_size(copy_, node):
             raise NotLocal(f"{node.name} binds a size stock's program does not bind")
         nodes = [n for n in node.graph.nodes if n.op == "call_function"]
