@@ -17,7 +17,7 @@ from torch import nn
 
 from lowerd.cache.store import BlobStore
 from lowerd.daemon.diagnostics import result_diagnostics, site_of
-from lowerd.lowering import edge_speedups
+from lowerd.lowering import edge_speedups, template_store
 from lowerd.lowering.build import build_target
 from lowerd.lowering.edge_speedups import EdgeSpeedups
 from lowerd.lowering.region_edge import (
@@ -29,6 +29,7 @@ from lowerd.lowering.region_edge import (
     why_stock_call,
 )
 from lowerd.lowering.region_passes import why_passes
+from lowerd.lowering.template_store import TemplateStore
 from lowerd.project.config import load_config
 from lowerd.project.edge_generation import EdgeGeneration
 from lowerd.project.explain import explain_targets
@@ -101,10 +102,13 @@ def test_edits_at_first_middle_last_layer_weights_and_a_refused_op_give_stock_s_
 def test_a_one_layer_edit_misses_only_the_edited_partition(layers_built: dict[str, Any]) -> None:
     """Each copied layer's weight placeholders describe its own weights (their `desc`, in the
     partition key), not its template's: after an edit that changes every layer's template, only
-    the partition holding layer 0's activation is preprocessed again."""
+    the partition holding layer 0's activation is preprocessed again. The three layer templates
+    are read back from the first build's store (template_store.py), each for another layer than
+    it was made of (the plain one made of layer 1 serves layer 0, the GELU one made of layer 0
+    serves layer 3); the rest is generated again (its edge nodes take values its inputs carry)."""
     edited = layers_built["edited"]
     assert edited["sha256"] == edited["stock"]
-    assert edited["runs"] == [RegionalRun(regions=5, templates=4, stock_because=None)]
+    assert edited["runs"] == [RegionalRun(regions=5, templates=4, stock_because=None, reused=3)]
     assert edited["cache"].misses == 1 and edited["cache"].hits > 1
 
 
@@ -174,6 +178,39 @@ def replay_metadata(manager: Any) -> list[Any]:
         for graph in graphs
         for node in graph.nodes
     ]
+
+
+def test_a_corrupt_stored_template_is_a_miss_and_stock_s_bytes(tmp_path: Any) -> None:
+    """A template entry whose payload does not decode (truncated, its digest the store's own)
+    is generated again: a miss, counted, and the .pte is stock's."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    program = exported(Stack(Plain))
+    store = BlobStore(tmp_path / "cache")
+    stock = bytes(
+        to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        .to_executorch()
+        .buffer
+    )
+    runs = []
+    for corrupt in (False, True):
+        templates = TemplateStore(store)
+        if corrupt:
+            for path in (tmp_path / "cache").rglob(f"*.{template_store.KIND}"):
+                key = path.name.split(".")[0]
+                payload = store.get(key, template_store.KIND)
+                assert payload is not None
+                store.put(key, payload[: len(payload) // 2], template_store.KIND)
+        regional = RegionalEdge(store=templates)
+        with EdgeSpeedups(None).installed(), regional.installed():
+            edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+            mine = bytes(edge.to_executorch().buffer)
+        assert sha256(mine) == sha256(stock)
+        runs.append((regional.runs, templates.stored, templates.unreadable))
+    made = [RegionalRun(regions=3, templates=1, stock_because=None)]
+    assert runs[0][0] == made and runs[0][1] >= 1
+    assert runs[1][0] == made and runs[1][2] == runs[0][1]
 
 
 def test_repeated_layers_without_an_llama_are_generated_by_region() -> None:

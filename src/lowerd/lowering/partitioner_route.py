@@ -66,6 +66,7 @@ class PartitionerRoute:
     ) -> Lowering:
         from lowerd.lowering.edge_speedups import EdgeSpeedups
         from lowerd.lowering.region_edge import RegionalEdge
+        from lowerd.lowering.template_store import TemplateStore
 
         speedups = EdgeSpeedups(ctx.store)
         with speedups.op_table_served():  # ExecuTorch's first import in a process parses it
@@ -77,7 +78,7 @@ class PartitionerRoute:
         # Transform passes may read any node field, some of which a regional program only
         # makes equivalent (lowering/region_edge.py): with passes not on region_passes.py's
         # allow-list, edge generation is stock's (the run says which).
-        regional = RegionalEdge(self.transform_passes)
+        regional = RegionalEdge(self.transform_passes, store=TemplateStore(ctx.store))
 
         def lowering() -> EdgeProgram:
             with edge_speedups(speedups, regional):

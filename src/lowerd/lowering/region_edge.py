@@ -287,6 +287,7 @@ from lowerd.lowering.region_assembly import (
 )
 from lowerd.lowering.region_cut import Region, cut, regions, structure
 from lowerd.lowering.region_passes import why_passes
+from lowerd.lowering.template_store import TemplateStore
 
 log = logging.getLogger(__name__)
 
@@ -340,6 +341,7 @@ class RegionalRun:
     stock_because: str | None  # None: the program was assembled
     # The method it generated, or a refused call's methods (none named: every method).
     methods: tuple[str, ...] = ("forward",)
+    reused: int = 0  # templates read back from the store (template_store.py), not generated
 
 
 @dataclass
@@ -350,6 +352,8 @@ class RegionalEdge:
     # (region_passes.py: only the argued ones let this lowering go by region).
     transform_passes: Any = None
     runs: list[RegionalRun] = field(default_factory=list)
+    # Templates kept across builds (template_store.py); None: each is generated.
+    store: TemplateStore | None = None
 
     @property
     def assembled(self) -> int:
@@ -435,15 +439,18 @@ class RegionalEdge:
         found, why = program_regions(program)
         if why is not None or found is None:
             return RegionalRun(0, 0, why or "no regions", (name,)), program, []
+        before = self.store.reused if self.store is not None else 0
         try:
-            templates, keys = _templates(stock, program, found, config, partitioners)
+            templates, keys = _templates(stock, program, found, config, partitioners, self.store)
         except NotLocal as error:
             return RegionalRun(len(found), 0, str(error), (name,)), program, []
+        reused = (self.store.reused if self.store is not None else 0) - before
         try:
             edge, kept = _assembled(program, found, templates, keys, config)
         except NotLocal as error:
-            return RegionalRun(len(found), len(templates), str(error), (name,)), program, []
-        return RegionalRun(len(found), len(templates), None, (name,)), edge, kept
+            run = RegionalRun(len(found), len(templates), str(error), (name,), reused)
+            return run, program, []
+        return RegionalRun(len(found), len(templates), None, (name,), reused), edge, kept
 
     def _stock(self, stock: Any, args: tuple[Any, ...], runs: list[RegionalRun]) -> Any:
         self.runs.extend(runs)
@@ -767,17 +774,29 @@ def _symbolic_scalar(value: Any) -> bool:
 
 
 def _templates(
-    stock: Any, program: Any, found: list[Region], config: Any, partitioners: list[Any]
+    stock: Any,
+    program: Any,
+    found: list[Region],
+    config: Any,
+    partitioners: list[Any],
+    store: TemplateStore | None = None,
 ) -> tuple[dict[Any, Template], list[Any]]:
     """ExecuTorch's own edge generation once per distinct region structure (the rest is its
     own), each on the region cut out alone, with a copy of the config (stock's call adds the
-    ops it preserved to the config's exception list)."""
+    ops it preserved to the config's exception list); with a store, a template an earlier
+    build kept is read back instead (template_store.py), and one made is kept."""
     by_structure: dict[Any, Template] = {}
     keys = []
     for region in found:
         key = (region.key is None, structure(program, region))
         keys.append(key)
         if key in by_structure:
+            continue
+        stored_key = store.key(region, key[1], config, partitioners) if store else None
+        if store is not None and (kept := store.get(stored_key, program, region)) is not None:
+            if region.key is not None:
+                _check_layer_edge(kept.edge, region)
+            by_structure[key] = kept
             continue
         own = _own_config(config)
         alone = cut(program, region)
@@ -790,6 +809,8 @@ def _templates(
             _check_layer_edge(edge, region)
         preserved = list(own._core_aten_ops_exception_list)
         by_structure[key] = Template(region, edge, id(alone.graph), preserved)
+        if store is not None:
+            store.put(stored_key, program, by_structure[key])
     return by_structure, keys
 
 

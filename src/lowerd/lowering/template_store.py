@@ -1,0 +1,690 @@
+"""Region templates kept across builds: each region's edge program (region_edge.py's template)
+in the content-addressed store, so an edit of one layer generates only the edited layer's
+template and every other template is read back.
+
+A template is what ExecuTorch's edge generation made of one region cut out alone. The assembly
+(region_assembly.py) reads of it: the edge graph's nodes in order (op, name, target, argument
+structure, metadata), which nodes are the outputs, the signature's parameter, buffer and user
+inputs, the lifted constants' tensors, the preserved ops, the id of the cut graph its from_node
+chains lead to, and, of the template region, each aten node's name and per-layer metadata
+(nn_module_stack, stack_trace, torch_fn: the lookup table a copy's own values are found in) and
+the region's inputs. The entry holds exactly that, as msgpack of plain data and raw bytes:
+
+- targets by name (edge-dialect, aten overloads, operator.getitem), resolved to the very object
+  (checked when stored: the name must resolve to the target itself);
+- arguments as tagged plain values (nodes by index, ints, floats, bools, strings, dtypes,
+  devices, layouts, memory formats, tuples and lists as they were);
+- metadata field by field, only the keys listed in `_META` (any other key, a later helper's
+  `source_fn_stack`, `example_value`, a symbolic value, makes the template unstorable: the next
+  build generates it again). `val` as shape, stride, dtype, device and requires_grad (all the
+  assembly's `fake` reads of it); from_node chains link by link (name, target, graph id, pass,
+  actions), so `region_root` finds the same names in the same cut graph; `desc` as its kind
+  (a weight's names its own placeholder's weight, rebased below; a plain input's index);
+  `original_aten` by name; the rest plain values;
+- weight placeholders by the index of the region input they stand for: read back for another
+  region of the same structure (the first of it in this program, which a previous build may
+  have copied from another layer), their names, specs and `desc` are that region's weights, as
+  the assembly's `_input_index` and `own_desc` identify them (by position in the region's
+  inputs). Every region of the program is then a copy (none is the template's own region),
+  which region_edge.py's argument covers field by field; the template region's per-layer
+  metadata is the stored region's, looked up as for any copy.
+
+The key holds what can change a template: this module's format, lowerd's regional modules'
+source (region_cut, region_edge, region_assembly and this one: what is generated and how it is
+read), the validated versions of torch and ExecuTorch, the region's `structure` (whether it is a
+layer or the rest), the EdgeCompileConfig's fields, each partitioner's class and configuration
+(its op configs' classes and settings, precisions, per-op mode, delegation spec) and the
+transform passes. A value the key cannot spell exactly (a repr with an address) leaves the
+template unstored.
+
+Reading is untrusted: the store verifies the entry's digest; a payload of another shape, a
+truncated one, a name that resolves to nothing, or a graph that does not rebuild as stored is a
+miss (counted in `unreadable`, logged at debug level), and the template is generated again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import operator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import torch
+
+from lowerd.cache.store import BlobStore
+from lowerd.lowering.edge_speedups import VALIDATED_VERSIONS
+from lowerd.lowering.region_assembly import PER_LAYER_META, Template
+from lowerd.lowering.region_cut import Region, weight_specs
+from lowerd.lowering.tensor_codec import decode_tensors, encode_tensors
+
+log = logging.getLogger(__name__)
+
+KIND = "regiontemplate"
+FORMAT_VERSION = 1
+# Modules whose code decides what a template holds and how the assembly reads it.
+_HOLDERS = ("state_dict", "constants")  # where an edge program keeps a lifted constant
+_SOURCES = ("region_cut.py", "region_edge.py", "region_assembly.py", "template_store.py")
+
+
+class Unstorable(Exception):
+    """Something of the template the entry cannot hold exactly: it is not stored."""
+
+
+class Unreadable(Exception):
+    """An entry that does not decode to a template: a miss."""
+
+
+@dataclass(frozen=True)
+class StoredEdge:
+    """A template's edge program as read back: what the assembly reads of one."""
+
+    graph_module: torch.fx.GraphModule
+    graph_signature: Any  # torch.export.ExportGraphSignature
+    state_dict: dict[str, torch.Tensor]
+    constants: dict[str, Any]
+
+    @property
+    def graph(self) -> torch.fx.Graph:
+        return self.graph_module.graph
+
+
+@dataclass
+class TemplateStore:
+    """The store's templates for one lowering; counts what it served."""
+
+    store: BlobStore | None
+    reused: int = 0
+    stored: int = 0
+    unreadable: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def key(self, region: Region, shape: Any, config: Any, partitioners: list[Any]) -> str | None:
+        if self.store is None:
+            return None
+        try:
+            return template_key(region, shape, config, partitioners)
+        except Unstorable as why:
+            log.debug("region template not keyed: %s", why)
+            return None
+
+    def get(self, key: str | None, program: Any, region: Region) -> Template | None:
+        """The stored template for `region` (the first of its structure), or None."""
+        if key is None or self.store is None:
+            return None
+        payload = self.store.get(key, KIND)
+        if payload is None:
+            return None
+        try:
+            template = decode(payload, program, region)
+        except Unreadable as why:
+            self.unreadable += 1
+            self.problems.append(f"region template {key[:12]}: {why}")
+            log.debug("region template %s unreadable, generated again: %s", key[:12], why)
+            return None
+        self.reused += 1
+        return template
+
+    def put(self, key: str | None, program: Any, template: Template) -> None:
+        if key is None or self.store is None:
+            return
+        try:
+            payload = encode(program, template)
+            _check_copyable(decode(payload, program, template.region), template.region)
+        except (Unstorable, Unreadable) as why:
+            log.debug("region template of %s not stored: %s", template.region.key, why)
+            return
+        if self.store.put(key, payload, KIND):
+            self.stored += 1
+
+
+def _check_copyable(template: Template, region: Region) -> None:
+    """A template read back is copied onto every region of its structure, the first included
+    (none is its own region): each edge node must descend from a node of the region and each
+    per-layer value be found at places of the region holding one value, as the assembly's
+    `meta_for` finds it. A template made of the region it is stored from must be so (the rest's
+    edge nodes take values its inputs carry: it is generated in each build)."""
+    from lowerd.lowering.region_assembly import Copy, NotLocal
+    from lowerd.lowering.region_assembly import _frozen as frozen
+
+    copy_ = Copy(template, region)
+    for node in template.edge.graph.nodes:
+        try:
+            if node.op == "call_function":
+                copy_.own(node)
+        except NotLocal as error:
+            raise Unstorable(str(error)) from error
+        for key in PER_LAYER_META:
+            if key in node.meta:
+                own = copy_.values[key].get(frozen(node.meta[key]), [])
+                if len({frozen(value) for value in own}) != 1:
+                    raise Unstorable(f"{node.name}'s {key} is not its region's")
+
+
+# -- the key ---------------------------------------------------------------------------------
+
+
+def template_key(region: Region, shape: Any, config: Any, partitioners: list[Any]) -> str:
+    digest = hashlib.sha256()
+    here = Path(__file__).parent
+    parts = [f"format {FORMAT_VERSION}", f"versions {sorted(VALIDATED_VERSIONS.items())}"]
+    parts += [f"{name} {_file_digest(here / name)}" for name in _SOURCES]
+    parts += [f"rest {region.key is None}", f"structure {_structure(region, shape)}"]
+    parts += [f"config {_spelled(_config_fields(config))}"]
+    parts += [f"partitioner {_spelled(_partitioner(each))}" for each in partitioners]
+    for part in parts:
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _structure(region: Region, shape: Any) -> str:
+    """The structure's repr with each Python function a node calls (the rest's higher-order
+    ops and vmap's stateful calls, whose str holds their address) by module and name."""
+    text = repr(shape)
+    for node in region.nodes:
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload) or target is operator.getitem:
+            continue
+        if isinstance(target, torch._ops.HigherOrderOperator):
+            text = text.replace(repr(str(target)), repr(f"higher-order {target.name()}"))  # type: ignore[no-untyped-call]
+            continue
+        module, name = getattr(target, "__module__", None), getattr(target, "__qualname__", None)
+        if not isinstance(module, str) or not isinstance(name, str) or "<" in name:
+            raise Unstorable(f"a call of {target!r}")
+        text = text.replace(repr(str(target)), repr(f"{module}.{name}"))
+    return _spelled(text)
+
+
+def _spelled(value: Any) -> str:
+    """The value's repr, refused where it would not be the same in another process."""
+    text = repr(value)
+    if " at 0x" in text or " object at " in text:
+        raise Unstorable(f"an unkeyable value: {text[:80]}")
+    return text
+
+
+def _config_fields(config: Any) -> list[tuple[str, Any]]:
+    fields = []
+    for option in dataclasses.fields(config):
+        value = getattr(config, option.name)
+        if option.name == "_core_aten_ops_exception_list":
+            value = sorted(map(str, value))
+        fields.append((option.name, value))
+    return fields
+
+
+def _partitioner(partitioner: Any) -> Any:
+    inner = getattr(partitioner, "inner", partitioner)
+    kind = type(inner)
+    configs = getattr(inner, "target_partitioner_configs", None)
+    if not isinstance(configs, dict):
+        raise Unstorable(f"a partitioner without op configs ({kind.__name__})")
+    spec = inner.delegation_spec
+    return (
+        f"{kind.__module__}.{kind.__qualname__}",
+        getattr(inner, "per_op_mode", None),
+        spec.backend_id,
+        [(s.key, bytes(s.value)) for s in spec.compile_specs],
+        [
+            (name, f"{type(c).__module__}.{type(c).__qualname__}", sorted(vars(c).items()))
+            for name, c in configs.items()
+        ],
+    )
+
+
+# -- plain values ----------------------------------------------------------------------------
+
+_ENUMS: dict[str, type] = {
+    "dtype": torch.dtype,
+    "layout": torch.layout,
+    "memory_format": torch.memory_format,
+}
+
+
+_ARGUMENT_KINDS: dict[type, type] = {
+    torch.fx.immutable_collections.immutable_list: list,
+    torch.fx.immutable_collections.immutable_dict: dict,
+}
+
+
+def _value(value: Any, nodes: dict[torch.fx.Node, int] | None = None, fake: bool = False) -> Any:
+    """A tagged plain value (nodes by index where `nodes` is given; fake tensors where `fake`)."""
+    kind = type(value)
+    if nodes is not None:
+        # fx keeps a node's list and dict arguments as immutable_list/immutable_dict, which
+        # map_arg (the assembly's copy) makes of any list or dict: read back as list and dict.
+        kind = _ARGUMENT_KINDS.get(kind, kind)
+    if value is None:
+        return ["none"]
+    if kind in (bool, int, float, str):
+        return [kind.__name__, value]
+    if kind in (tuple, list):
+        return [kind.__name__, [_value(v, nodes, fake) for v in value]]
+    if kind is dict and all(type(k) is str for k in value):
+        return ["dict", [[k, _value(v, nodes, fake)] for k, v in value.items()]]
+    if kind is torch.device:
+        return ["device", str(value)]
+    for tag, enum in _ENUMS.items():
+        if kind is enum:
+            return [tag, str(value)]
+    if kind is torch.fx.Node and nodes is not None and value in nodes:
+        return ["node", nodes[value]]
+    if fake and kind is torch._subclasses.fake_tensor.FakeTensor:
+        return [
+            "fake",
+            list(value.shape),
+            list(value.stride()),
+            str(value.dtype),
+            str(value.device),
+            bool(value.requires_grad),
+        ]
+    raise Unstorable(f"a value of {kind.__name__}")
+
+
+def _read(plain: Any, nodes: list[torch.fx.Node] | None, mode: Any) -> Any:
+    tag, *rest = plain
+    if tag == "fake" and mode is not None:
+        return _fake_tensor(mode, plain)
+    if tag == "none" and not rest:
+        return None
+    [payload] = rest
+    if tag in ("bool", "int", "float", "str"):
+        if type(payload).__name__ != tag:
+            raise Unreadable(f"a {tag} holding {type(payload).__name__}")
+        return payload
+    if tag in ("tuple", "list"):
+        items = [_read(v, nodes, mode) for v in payload]
+        return tuple(items) if tag == "tuple" else items
+    if tag == "dict":
+        return {_str(k): _read(v, nodes, mode) for k, v in payload}
+    if tag == "device":
+        return torch.device(_str(payload))
+    if tag in _ENUMS:
+        return _named(tag, payload)
+    if tag == "node" and nodes is not None:
+        return nodes[payload]
+    raise Unreadable(f"a value tagged {tag!r}")
+
+
+def _named(tag: str, name: Any) -> Any:
+    found = getattr(torch, _str(name).removeprefix("torch."), None)
+    if type(found) is not _ENUMS[tag] or str(found) != name:
+        raise Unreadable(f"no {tag} {name!r}")
+    return found
+
+
+def _fake_tensor(mode: Any, plain: list[Any]) -> torch.Tensor:
+    tag, shape, stride, dtype, device, grad = plain
+    if tag != "fake" or type(grad) is not bool:
+        raise Unreadable("a value that is not a fake tensor")
+    with mode:
+        made = torch.empty_strided(
+            [int(d) for d in shape],
+            [int(s) for s in stride],
+            dtype=_named("dtype", dtype),
+            device=torch.device(_str(device)),
+        )
+    return made.requires_grad_(grad)
+
+
+def _str(value: Any) -> str:
+    if type(value) is not str:
+        raise Unreadable(f"a name of {type(value).__name__}")
+    return value
+
+
+# -- targets ---------------------------------------------------------------------------------
+
+
+def _target(target: Any) -> list[Any]:
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+
+    if target is operator.getitem:
+        plain = ["getitem"]
+    elif type(target) is EdgeOpOverload:
+        op = target._op
+        plain = ["edge", op.namespace, op._opname, op._overloadname]
+    elif type(target) is torch._ops.OpOverload:
+        plain = ["op", target.namespace, target._opname, target._overloadname]
+    else:
+        raise Unstorable(f"a call of {target}")
+    if _resolved(plain) is not target:
+        raise Unstorable(f"{target} is not found again by its name")
+    return plain
+
+
+def _resolved(plain: Any) -> Any:
+    try:
+        if plain == ["getitem"]:
+            return operator.getitem
+        kind, namespace, name, overload = plain
+        if kind == "edge":
+            from executorch.exir.dialects._ops import ops as exir_ops
+
+            root: Any = exir_ops.edge
+        elif kind == "op":
+            root = torch.ops
+        else:
+            raise Unreadable(f"a target of kind {kind!r}")
+        return getattr(getattr(getattr(root, _str(namespace)), _str(name)), _str(overload))
+    except (AttributeError, RuntimeError, ValueError, TypeError) as error:
+        raise Unreadable(f"no op {plain!r}") from error
+
+
+# -- metadata --------------------------------------------------------------------------------
+
+# Keys the entry holds, as what: any other key makes the template unstorable.
+_META = {
+    "val": "fake",
+    "tensor_meta": "plain",
+    "nn_module_stack": "plain",
+    "stack_trace": "plain",
+    "torch_fn": "plain",
+    "custom": "plain",
+    "seq_nr": "plain",
+    "debug_handle": "plain",
+    "original_aten": "op",
+    "from_node": "sources",
+    "desc": "desc",
+}
+
+
+def _meta(meta: dict[str, Any], fqn: str | None) -> list[Any]:
+    plain = []
+    for key, value in meta.items():
+        how = _META.get(key)
+        if how is None:
+            raise Unstorable(f"metadata {key!r}")
+        if how == "op":
+            encoded = _original_aten(value)
+        elif how == "sources":
+            encoded = [_source(s) for s in _list(value)]
+        elif how == "desc":
+            encoded = _desc(value, fqn)
+        else:
+            encoded = _value(value, fake=how == "fake")
+        plain.append([key, encoded])
+    return plain
+
+
+def _original_aten(value: Any) -> list[Any] | None:
+    """`original_aten` by name: the replays leave a copy of the overload there (not the object
+    torch.ops holds), which nothing of these versions reads (region_edge.py); read back it is
+    torch.ops' own overload of that name."""
+    if value is None:
+        return None
+    if type(value) is not torch._ops.OpOverload:
+        raise Unstorable(f"original_aten {value!r}")
+    plain = ["op", value.namespace, value._opname, value._overloadname]
+    if str(_resolved(plain)) != str(value):
+        raise Unstorable(f"original_aten {value} is not found again by its name")
+    return plain
+
+
+def _list(value: Any) -> list[Any]:
+    if type(value) is not list:
+        raise Unstorable(f"from_node of {type(value).__name__}")
+    return value
+
+
+def _source(source: Any) -> list[Any]:
+    from torch.fx.traceback import NodeSource
+
+    if type(source) is not NodeSource or type(source.pass_name) is not str:
+        raise Unstorable(f"a from_node link of {type(source).__name__}")
+    info = source.node_info
+    node = None if info is None else [str(info.name), str(info.target), int(info.graph_id)]
+    actions = [action.name for action in source.action]
+    return [node, source.pass_name, actions, [_source(s) for s in _list(source.from_node)]]
+
+
+def _read_source(plain: Any) -> Any:
+    from torch.fx.traceback import NodeSource, NodeSourceAction
+
+    node, pass_name, actions, sources = plain
+    made = NodeSource(None, _str(pass_name), [NodeSourceAction[_str(a)] for a in actions])
+    if node is not None:
+        name, target, graph_id = node
+        if type(graph_id) is not int:
+            raise Unreadable("a from_node link without a graph id")
+        made.node_info = NodeSource.NodeInfo(_str(name), _str(target), graph_id)
+    made.from_node = [_read_source(s) for s in sources]
+    return made
+
+
+def _desc(desc: Any, fqn: str | None) -> list[Any]:
+    from torch._functorch._aot_autograd.descriptors import (
+        BufferAOTInput,
+        ParamAOTInput,
+        PlainAOTInput,
+    )
+
+    if type(desc) in (ParamAOTInput, BufferAOTInput) and desc.target == fqn:
+        return ["weight", type(desc).__name__]  # the placeholder's own weight, rebased on read
+    if type(desc) is PlainAOTInput and type(desc.idx) is int:
+        return ["plain", desc.idx]
+    raise Unstorable(f"a desc {desc!r}")
+
+
+def _read_desc(plain: Any, fqn: str | None) -> Any:
+    from torch._functorch._aot_autograd.descriptors import (
+        BufferAOTInput,
+        ParamAOTInput,
+        PlainAOTInput,
+    )
+
+    kind, detail = plain
+    if kind == "plain" and type(detail) is int:
+        return PlainAOTInput(detail)
+    weights = {"ParamAOTInput": ParamAOTInput, "BufferAOTInput": BufferAOTInput}
+    if kind == "weight" and detail in weights and fqn is not None:
+        return weights[detail](target=fqn)
+    raise Unreadable(f"a desc {plain!r}")
+
+
+def _read_meta(plain: Any, mode: Any, fqn: str | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    for key, value in plain:
+        how = _META.get(_str(key))
+        if how is None or key in meta:
+            raise Unreadable(f"metadata {key!r}")
+        if how == "op":
+            meta[key] = None if value is None else _resolved(value)
+        elif how == "sources":
+            meta[key] = [_read_source(s) for s in value]
+        elif how == "desc":
+            meta[key] = _read_desc(value, fqn)
+        else:
+            meta[key] = _read(value, None, mode if how == "fake" else None)
+    return meta
+
+
+# -- the entry -------------------------------------------------------------------------------
+
+
+def encode(program: Any, template: Template) -> bytes:
+    """The template as plain data; raises Unstorable for anything it cannot hold exactly."""
+    edge, region = template.edge, template.region
+    weights = {name: spec.target for name, spec in weight_specs(program).items()}
+    fqns = [weights.get(node.name) for node in region.inputs]
+    signature = edge.graph_signature
+    specs = {spec.arg.name: spec for spec in signature.input_specs}
+    if any(module is not edge.graph_module for module in edge.graph_module.modules()):
+        raise Unstorable("a nested module")
+    index: dict[torch.fx.Node, int] = {}
+    nodes: list[Any] = []
+    output = None
+    for node in edge.graph.nodes:
+        if node.type is not None:
+            raise Unstorable(f"{node.name} has a type")
+        if node.op == "placeholder":
+            spec = specs[node.name]
+            nodes.append(["placeholder", _role(edge, spec, fqns), _meta(node.meta, spec.target)])
+        elif node.op == "call_function":
+            args = [_value(node.args, index), _value(dict(node.kwargs), index)]
+            meta = _meta(node.meta, None)
+            nodes.append(["call_function", node.name, _target(node.target), args, meta])
+        elif node.op == "output" and output is None:
+            output = [_value(list(node.args[0]), index)]
+        else:
+            raise Unstorable(f"a {node.op} node")
+        index[node] = len(index)
+    if output is None:
+        raise Unstorable("no output")
+    per_layer = [
+        [node.name, _meta({k: node.meta[k] for k in PER_LAYER_META if k in node.meta}, None)]
+        for node in region.nodes
+    ]
+    entry = {
+        "format": FORMAT_VERSION,
+        "cut_graph": template.cut_graph,
+        "region": per_layer,
+        "nodes": nodes,
+        "output": output,
+        "preserved": [_target(op) for op in template.preserved],
+    }
+    try:
+        packed: bytes = msgpack.packb(entry, use_bin_type=True)
+    except (OverflowError, TypeError, ValueError) as error:
+        raise Unstorable(str(error)) from error
+    return packed
+
+
+def _role(edge: Any, spec: Any, fqns: list[str | None]) -> list[Any]:
+    """What a template placeholder stands for: a region input (a weight by its index among the
+    region's inputs, a user input by its name) or a lifted constant (its tensor)."""
+    kind, name = spec.kind.name, spec.arg.name
+    persistent = spec.persistent
+    if kind == "USER_INPUT":
+        return ["user", name]
+    if kind in ("PARAMETER", "BUFFER") and spec.target in fqns:
+        if fqns.count(spec.target) != 1:
+            raise Unstorable(f"{spec.target} is two inputs")
+        return ["weight", kind, fqns.index(spec.target), persistent]
+    if kind == "BUFFER" and spec.target is not None:
+        holder = _HOLDERS[0] if spec.target in edge.state_dict else _HOLDERS[1]
+        tensor = getattr(edge, holder).get(spec.target)
+        if type(tensor) is not torch.Tensor or tensor.device.type != "cpu":
+            raise Unstorable(f"lifted {spec.target} is not a plain CPU tensor")
+        if tensor.requires_grad or not tensor.is_contiguous() or tensor.storage_offset():
+            raise Unstorable(f"lifted {spec.target} is not a plain tensor")
+        return ["lifted", name, spec.target, holder, persistent, encode_tensors([tensor])]
+    raise Unstorable(f"a {kind} input {name}")
+
+
+def decode(payload: bytes, program: Any, region: Region) -> Template:
+    """The stored template read back for `region`; raises Unreadable for anything else."""
+    try:
+        entry = msgpack.unpackb(payload, raw=False, strict_map_key=True)
+        if type(entry) is not dict or entry.get("format") != FORMAT_VERSION:
+            raise Unreadable("another format")
+        return _template(entry, program, region)
+    except Unreadable:
+        raise
+    except Exception as error:  # untrusted input: any other shape is a miss, never a crash
+        raise Unreadable(f"{type(error).__name__}: {error}") from error
+
+
+def _template(entry: dict[str, Any], program: Any, region: Region) -> Template:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.export.graph_signature import (
+        ExportGraphSignature,
+        OutputKind,
+        OutputSpec,
+        TensorArgument,
+    )
+
+    weights = {name: spec.target for name, spec in weight_specs(program).items()}
+    mode = FakeTensorMode()
+    graph = torch.fx.Graph()
+    made: list[torch.fx.Node] = []
+    specs = []
+    state: dict[str, torch.Tensor] = {}
+    constants: dict[str, Any] = {}
+    for plain in entry["nodes"]:
+        if plain[0] == "placeholder":
+            _, role, meta = plain
+            name, spec, fqn = _input(role, region, weights)
+            if role[0] == "lifted":
+                _, _, target, holder, _, packed = role
+                tensors = decode_tensors(packed) if type(packed) is bytes else None
+                if tensors is None or len(tensors) != 1 or holder not in _HOLDERS:
+                    raise Unreadable(f"lifted {target} does not decode")
+                (state if holder == "state_dict" else constants)[target] = tensors[0]
+            node = graph.placeholder(name)
+            node.meta = _read_meta(meta, mode, fqn)
+            specs.append(spec)
+        elif plain[0] == "call_function":
+            _, name, target, (args, kwargs), meta = plain
+            node = graph.create_node(
+                "call_function",
+                _resolved(target),
+                _read(args, made, None),
+                _read(kwargs, made, None),
+                name=_str(name),
+            )
+            node.meta = _read_meta(meta, mode, None)
+        else:
+            raise Unreadable(f"a {plain[0]!r} node")
+        if node.name != name:
+            raise Unreadable(f"{node.name} is not named as stored")
+        made.append(node)
+    outputs = _read(entry["output"][0], made, None)
+    graph.output(tuple(outputs))
+    module = torch.fx.GraphModule(torch.nn.Module(), graph)
+    out_specs = [OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(n.name), None) for n in outputs]
+    signature = ExportGraphSignature(specs, out_specs)
+    stand_in = _stand_in(entry["region"], region)
+    preserved = [_resolved(op) for op in entry["preserved"]]
+    cut_graph = entry["cut_graph"]
+    if type(cut_graph) is not int:
+        raise Unreadable("no cut graph id")
+    edge = StoredEdge(module, signature, state, constants)
+    return Template(stand_in, edge, cut_graph, preserved)
+
+
+def _input(role: list[Any], region: Region, weights: dict[str, str]) -> tuple[str, Any, str | None]:
+    """A placeholder's name, input spec and weight name, rebased on `region`'s own inputs."""
+    from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+
+    if role[0] == "user":
+        name = _str(role[1])
+        return name, InputSpec(InputKind.USER_INPUT, TensorArgument(name), None), None
+    if role[0] == "weight":
+        _, kind, index, persistent = role
+        if kind not in ("PARAMETER", "BUFFER") or type(index) is not int:
+            raise Unreadable(f"a weight role {role!r}")
+        node = region.inputs[index]
+        fqn = weights.get(node.name)
+        if fqn is None:
+            raise Unreadable(f"input {index} of {region.key} is not a weight")
+        spec = InputSpec(InputKind[kind], TensorArgument(node.name), fqn, persistent)
+        return node.name, spec, fqn
+    if role[0] == "lifted":
+        _, name, target, _, persistent, _ = role
+        spec = InputSpec(InputKind.BUFFER, TensorArgument(_str(name)), _str(target), persistent)
+        return name, spec, target
+    raise Unreadable(f"a placeholder role {role[0]!r}")
+
+
+def _stand_in(plain: Any, region: Region) -> Region:
+    """The stored template region: its aten nodes' names and per-layer metadata (what a copy
+    looks its own values up by), with `region`'s inputs (what the weights are rebased on)."""
+    graph = torch.fx.Graph()
+    nodes = []
+    for name, meta in plain:
+        node = torch.fx.Node(graph, _str(name), "placeholder", name, (), {})
+        node.meta = _read_meta(meta, None, None)
+        if set(node.meta) - set(PER_LAYER_META):
+            raise Unreadable(f"region metadata {sorted(node.meta)}")
+        nodes.append(node)
+    if len(nodes) != len(region.nodes):
+        raise Unreadable(f"{len(nodes)} region nodes for {len(region.nodes)}")
+    return Region(region.key, nodes, list(region.inputs), list(region.outputs))
