@@ -121,7 +121,9 @@ def test_basic_equals_stock_with_replays_skipped(
         # blocks. A block's softmax is in the second table; the rest holds none of its ops.
         ("transformer", 3, 2),
         ("encoder_decoder", 4, 2),  # two methods: each its own edge generation
-        ("dynamic_mlp", 2, 1),
+        # Its dynamic batch is a backed symbol: by region too, each Sequential element one
+        # (two ReLUs of one structure), four templates.
+        ("dynamic_mlp", 8, 4),
     ],
 )
 def test_lowerd_equals_stock_with_replays_skipped(
