@@ -84,8 +84,15 @@ partitioner), field by field:
   passes: OpReplace makes its edge op from its target; ScalarToTensorPass coerces nothing (its
   scalars, start_pos, dropout and scale, are SymInt and floats in its schema, not tensors); the
   others do not match it. Gate: start_pos is a constant int (a symbol is dynamic shapes, and an
-  unbacked one from `.item()` is not argued). `llama.update_cache` and the other llama ops are
-  gated (update_cache writes a buffer in place).
+  unbacked one from `.item()` is not argued). The other llama ops are gated but one:
+- `llama.update_cache(value, cache(a!), start_pos)` (ExecuTorch's KV cache's write; CUSTOM_OPS)
+  is an in-place op on a buffer, and is argued as aten's in-place writes are (`written` reads
+  the `a!` of its schema): only on a buffer (not a view of one) that its layer alone writes and
+  uses (`_why_buffer_write`), so its cut holds the cache as its own buffer input with every
+  read and write, and the template's functionalizing replay makes the write and its
+  BUFFER_MUTATION output as stock's does. Like custom_sdpa it is in no decomposition table, its
+  value (a one-element tensor) from its Meta kernel on its own arguments, XNNPACK has no config
+  for it, and no pass but OpReplace matches it. Gate: start_pos a constant int, as custom_sdpa's.
 - Node names: fx names a node from its target's base and a per-graph counter; emitting the nodes
   in stock's order from each template name's base gives stock's names.
 - `val`: the template's value remade (shape, stride, dtype, device) in one fake mode; its
@@ -238,11 +245,11 @@ Gates (each checked; any other case runs ExecuTorch's own function):
   keeps a buffer's write as its in-place op, with no output), weights plain tensors; symbolic
   values only backed SymInt sizes (no unbacked symbol, SymFloat or SymBool);
 - every op in aten, QDQ_OPS or CUSTOM_OPS (or getitem, or in the rest a higher-order op), every
-  q/dq chain in one region, custom_sdpa's start_pos a constant (above); an in-place op only on a
-  tensor its own region made and only its region reads (export's IR keeps in-place ops until the
-  first replay functionalizes them), or directly on a buffer (not a view of one) that one layer
-  writes and alone uses; and no tensor written in place, its bases or views (an in-place op's
-  result among them) read in another region;
+  q/dq chain in one region, custom_sdpa's and update_cache's start_pos a constant (above); an
+  in-place op only on a tensor its own region made and only its region reads (export's IR
+  keeps in-place ops until the first replay functionalizes them), or directly on a buffer (not
+  a view of one) that one layer writes and alone uses; and no tensor written in place, its
+  bases or views (an in-place op's result among them) read in another region;
 - in a layer: no get_attr input, no call but an aten op or getitem, every node used (or an
   assert, or a buffer's write), only the node metadata keys the argument covers (strict
   export's source_fn_stack among them), no `custom` annotation; the same of each layer
@@ -317,7 +324,7 @@ _INPUT_KINDS = frozenset({"USER_INPUT", "PARAMETER", "BUFFER"})
 _CHECKS = frozenset({"aten._assert_tensor_metadata.default"})
 # ExecuTorch's LLM custom ops the argument covers (executorch.extension.llm.custom_ops), by the
 # index of their start_pos argument, which must be a constant.
-CUSTOM_OPS = {"llama.custom_sdpa.default": 3}
+CUSTOM_OPS = {"llama.custom_sdpa.default": 3, "llama.update_cache.default": 2}
 # torchao's affine q/dq ops, which 8da4w linears are made of (XNNPACK's QDQAffineConfigs): the
 # ops outside aten the argument covers, with the getitems of choose_qparams their q/dq chains.
 QDQ_OPS = frozenset(
@@ -674,12 +681,14 @@ def _why_aliased_read(program: Any, region_of: dict[torch.fx.Node, Any]) -> str 
 
 
 def _argued_op(target: torch._ops.OpOverload) -> bool:
-    """An op outside aten the argument covers: torchao's q/dq ops, ExecuTorch's custom_sdpa."""
+    """An op outside aten the argument covers: torchao's q/dq ops, ExecuTorch's custom_sdpa and
+    update_cache."""
     return str(target) in QDQ_OPS or str(target) in CUSTOM_OPS
 
 
 def _why_custom_op(node: torch.fx.Node, target: torch._ops.OpOverload) -> str | None:
-    """custom_sdpa is per node when its start_pos is a constant of the node's own arguments;
+    """custom_sdpa and update_cache are per node when start_pos is a constant of the node's own
+    arguments;
     an unbacked symbol (each layer's `.item()` in optimum's recipe) is not argued."""
     index = CUSTOM_OPS.get(str(target))
     if index is None:
