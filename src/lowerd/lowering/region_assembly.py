@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from lowerd.lowering.region_cut import Region, attr, cut_user_inputs, layer_path, weight_specs
+from lowerd.lowering.replay_inputs import Unplaceable, replayed_weights
 
 _SUFFIX = re.compile(r"_\d+$")
 # Per-node metadata ExecuTorch copies from the aten node an edge node descends from, and which
@@ -158,6 +159,7 @@ class Assembly:
         # A buffer written in place -> its new value; in the order of the buffers' placeholders
         # once finished, as the functionalizing replay orders its mutated inputs.
         self.mutated: dict[str, torch.fx.Node] = {}
+        self.renamed: dict[str, str] = {}  # a weight placeholder's replayed name -> the program's
         self._placeholders_and_segments()
 
     def _placeholders_and_segments(self) -> None:
@@ -447,6 +449,30 @@ class Assembly:
         self.lifted.append((new, tensor))
         return new
 
+    def _weights_as_replayed(self) -> None:
+        """The weight placeholders in the order and with the names the replays give them
+        (replay_inputs.py: a strict export's may differ from the program's); `renamed` maps
+        each new name to the program's."""
+        try:
+            replayed = replayed_weights(self.program.graph_signature.input_specs)
+        except Unplaceable as why:
+            raise NotLocal(str(why)) from why
+        placed = {node.name: node for node in self.graph.nodes if node.op == "placeholder"}
+        weights = [(placed[old], new) for old, new in replayed if old in placed]
+        anchor = next((n for n in self.graph.nodes if n.name not in self.weights), None)
+        if anchor is None:
+            raise NotLocal("a program of weights alone")
+        for node, _ in weights:
+            anchor.prepend(node)
+        for node, new in weights:
+            if node.name != new:
+                old = node.name
+                node._rename(new)
+                node.target = node.name
+                if node.name != new:
+                    raise NotLocal(f"{new} is taken: the replays would name {old} otherwise")
+                self.renamed[new] = old
+
     def finish(self) -> torch.fx.GraphModule:
         """The output, unused parameters dropped, and debug handles numbered by ExecuTorch's own
         DebugHandleGeneratorPass (each node's greatest ancestor is its own region's aten node's,
@@ -454,19 +480,21 @@ class Assembly:
         from executorch.exir.passes.debug_handle_generator_pass import DebugHandleGeneratorPass
 
         self.placeholder_meta()
+        params = self.program.graph_signature.inputs_to_parameters
+        for node in list(self.graph.nodes):
+            if node.op == "placeholder" and not node.users and node.name in params:
+                self.graph.erase_node(node)
+        self._weights_as_replayed()
         [out] = [n for n in self.program.graph.nodes if n.op == "output"]
         buffers = self.program.graph_signature.inputs_to_buffers
-        order = [buffers[n.name] for n in self.program.graph.nodes if n.name in buffers]
-        self.mutated = {fqn: self.mutated[fqn] for fqn in order if fqn in self.mutated}
+        names = [self.renamed.get(node.name, node.name) for node in self.graph.nodes]
+        order = [buffers[name] for name in names if buffers.get(name) in self.mutated]
+        self.mutated = {fqn: self.mutated[fqn] for fqn in order}
         users = torch.fx.map_arg(out.args[0], self.amap.__getitem__)
         new = self.graph.output((*self.mutated.values(), *users))
         new.meta = dict(out.meta)
         values = [v.meta.get("val") for v in new.args[0]]
         new.meta.update(val=tuple(values), tensor_meta=tuple(None for _ in values))
-        params = self.program.graph_signature.inputs_to_parameters
-        for node in list(self.graph.nodes):
-            if node.op == "placeholder" and not node.users and node.name in params:
-                self.graph.erase_node(node)
         module = torch.fx.GraphModule(self.owner, self.graph)
         DebugHandleGeneratorPass()(module)
         return module
@@ -511,7 +539,9 @@ def assembled_program(
         if node.name in lifted:
             specs.append(InputSpec(InputKind.BUFFER, TensorArgument(node.name), node.name, True))
         else:
-            specs.append(copy.deepcopy(old[node.name]))
+            spec = copy.deepcopy(old[asm.renamed.get(node.name, node.name)])
+            spec.arg = TensorArgument(node.name)
+            specs.append(spec)
     [out] = [n for n in module.graph.nodes if n.op == "output"]
     outputs = [
         OutputSpec(OutputKind.BUFFER_MUTATION, TensorArgument(value.name), fqn)

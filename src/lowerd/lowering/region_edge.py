@@ -139,6 +139,13 @@ partitioner), field by field:
 - `seq_nr` (autograd's process-wide counter), `original_aten`, `eager_input_vals`, another
   placeholder's `desc`: the template's. No pass, partitioner or emitter of these versions reads
   them (edge_speedups.py), and partition_key.py keys a partition without the first.
+- Placeholders: each replay unlifts the program and traces its weights in the unlifted
+  module's named_parameters() then named_buffers() order, named from their targets
+  (replay_inputs.py); a strict export's may be named by dynamo's access path and ordered
+  otherwise (transformers' StaticCache: `b_static_cache_layers_0_keys`, target `key_cache_0`,
+  after the rotary embedding's buffer), so the assembly places and names the weight
+  placeholders as the replays do (names that would collide, whose suffixes it does not
+  reproduce: NotLocal).
 - Signature: the program's input specs for its placeholders, `BUFFER` specs for the constants
   ScalarToTensorPass lifted, numbered `_lifted_tensor_constant<buffers + i>` in order of first
   use and placed before the first user input, as lift_constant_tensor_pass makes them; the
@@ -267,7 +274,8 @@ buffer read by another layer, written by two, written in the rest, written throu
 unbacked symbols). tests/test_region_architectures.py compares the
 bytes and the path across transformers architectures (tests/architectures.py: OPT, GPT-2, Phi,
 Qwen2, Gemma, BERT), and Llama and GPT-2 exported strict under no_grad (bytes and the replays'
-metadata as stock's); tests/test_intx_memo.py an 8da4w project built cold and rebuilt from the
+metadata as stock's); tests/test_region_store.py transformers' static cache exported strict
+(its weights renamed and reordered by the replays); tests/test_intx_memo.py an 8da4w project built cold and rebuilt from the
 intx memo.
 """
 

@@ -1,0 +1,76 @@
+"""Regional edge generation (lowering/region_edge.py) on the flows and stores issue 31 left:
+transformers' static cache exported strict, the weights' order and names the replays give, and
+the gates' fallbacks. Each compares the .pte's sha256 with stock ExecuTorch's (the same
+program lowered with nothing of lowerd's installed) and checks which path ran.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from lowerd.lowering.region_edge import RegionalRun
+
+from helpers import PROJECTS
+from stock import importable_copy, sha256
+from test_region_edge import Plain, Stack, exported, regional_and_stock
+
+EXAMPLES = PROJECTS.parents[1] / "examples"
+
+
+@pytest.fixture(scope="module")
+def static_cache_program(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """examples/models/llm.py's tiny Llama in transformers' static-cache wrapper (optimum's
+    recipe without custom SDPA and cache), exported as its export code does: strict, under
+    no_grad, with a dynamic sequence."""
+    folder = tmp_path_factory.mktemp("static-cache")
+    with importable_copy(EXAMPLES, folder / "examples") as root:
+        sys.path.insert(0, str(root))
+        llm = importlib.import_module("models.llm")
+        method = llm.exportable(llm.tiny_llama("sdpa"), custom=False)
+        with torch.no_grad():
+            return torch.export.export(
+                method.module,
+                tuple(method.args),
+                dict(method.kwargs),
+                dynamic_shapes=method.dynamic_shapes,
+                strict=True,
+            )
+
+
+def test_transformers_static_cache_is_generated_by_region(static_cache_program: Any) -> None:
+    """Strict export names the cache buffers by the path dynamo read them through
+    (`b_static_cache_layers_0_keys` for `key_cache_0`) and places them after the rotary
+    embedding's; the replays rename them from their targets and place them in the unlifted
+    module's order (replay_inputs.py): the assembly does too, and the .pte is stock's (it differed
+    in the buffers' order before). Lowered under no_grad as the stock script lowers it."""
+    with torch.no_grad():
+        stock, mine, runs = regional_and_stock(static_cache_program)
+    assert sha256(mine) == sha256(stock)
+    assert runs == [RegionalRun(regions=3, templates=2, stock_because=None)]
+
+
+class AlikeNames(nn.Module):
+    """Two weights whose targets the replays would name alike (`x_y` and `x.y`: `p_x_y`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stack = Stack(Plain)
+        self.x_y = nn.Parameter(torch.ones(8))
+        self.x = nn.Module()
+        self.x.y = nn.Parameter(torch.full((8,), 2.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.stack(x) * self.x_y + self.x.y
+
+
+def test_weights_the_replays_would_name_alike_run_stock() -> None:
+    stock, mine, runs = regional_and_stock(exported(AlikeNames()))
+    assert sha256(mine) == sha256(stock)
+    [run] = runs
+    assert run.stock_because is not None and "named alike" in run.stock_because
