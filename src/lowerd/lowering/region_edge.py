@@ -275,8 +275,9 @@ unbacked symbols). tests/test_region_architectures.py compares the
 bytes and the path across transformers architectures (tests/architectures.py: OPT, GPT-2, Phi,
 Qwen2, Gemma, BERT), and Llama and GPT-2 exported strict under no_grad (bytes and the replays'
 metadata as stock's); tests/test_region_store.py transformers' static cache exported strict
-(its weights renamed and reordered by the replays); tests/test_intx_memo.py an 8da4w project built cold and rebuilt from the
-intx memo.
+(its weights renamed and reordered by the replays); tests/test_region_llm.py layers updating
+their own KV caches with llama.update_cache; tests/test_intx_memo.py an 8da4w project built
+cold and rebuilt from the intx memo.
 """
 
 from __future__ import annotations
