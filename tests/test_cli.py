@@ -114,8 +114,8 @@ BROKEN = {
     "bad_return": ("entry-error", "bad_return", "(module, example_args)"),
     "missing_file": ("entry-error", "missing_file", "models/does_not_exist.py does not exist"),
     "raises": ("entry-error", "raises", "width must be positive"),
-    # a function of no file of the user's: blamed at the config line that names it
-    "not_users": ("entry-error", "not_users", "entry os:getcwd returned a str"),
+    # a builtin, no code of the user's: refused uncalled at the config line that names it
+    "not_users": ("entry-error", "not_users", "entry os:getcwd is a builtin_function_or_method"),
 }
 
 

@@ -27,34 +27,40 @@ from lowerd.project.source_map import UserFiles
 @dataclass
 class LoadedEntry:
     function: Callable[[], Any]
-    file: str | None
-    line: int | None
+    file: str
+    line: int
     methods: dict[str, Method]
 
 
 def load_entry(config: ProjectConfig, target: TargetConfig) -> LoadedEntry:
-    function = _find_function(config, target)
-    file, line = definition_site(function)
-    if file is None:  # a builtin or C function (`os:getcwd`): the config line named it
-        file, line = str(config.path), target.entry.line
+    found = find_function(config, target, target.entry, "entry")
+    file, line = found.file, found.line
     user_files = UserFiles(config.root)
     try:
-        returned = function()
+        returned = found.function()
     except Exception as error:
         raise _blame(error, user_files, file, line, f"entry {target.entry.value} raised") from error
     methods = _methods_from(returned, target, file, line)
-    return LoadedEntry(function, file, line, methods)
+    return LoadedEntry(found.function, file, line, methods)
 
 
-def _find_function(config: ProjectConfig, target: TargetConfig) -> Callable[[], Any]:
-    return find_function(config, target, target.entry, "entry")
+@dataclass(frozen=True)
+class UserFunction:
+    """A function a config key names, and its `def`: where what it does is blamed."""
+
+    function: Callable[..., Any]
+    file: str
+    line: int
 
 
 def find_function(
     config: ProjectConfig, target: TargetConfig, located: Located[str], role: str
-) -> Callable[..., Any]:
-    """The function a "file.py:fn" or "package.module:fn" reference names (the target's entry,
-    its calibration, ...), imported as the entry is; a failure is blamed on its config line."""
+) -> UserFunction:
+    """The function a "file.py:fn" or "package.module:fn" reference names, imported as the
+    entry is: the one rule for every key that names user code (entry, transform_passes,
+    partitioners, export.module_passes, calibration, verify_inputs). A failure is blamed on its
+    config line, before anything is called: so is a name without Python source (`os:getcwd`, a
+    builtin or C function), which no user wrote and a build must not call."""
     reference, line = located.value, located.line
     where, _, function_name = reference.rpartition(":")
     root = str(config.root)
@@ -74,8 +80,18 @@ def find_function(
             config.path,
             line,
         )
-    found: Callable[..., Any] = function
-    return found
+    # A callable object's code is its class's.
+    file, def_line = definition_site(function)
+    if file is None and not inspect.isroutine(function):
+        file, def_line = definition_site(type(function))
+    if file is None or def_line is None:
+        raise EntryError(
+            f"{role} {reference} is {_describe(function)} without Python source: {role} names "
+            "a function defined in a .py file, like 'models/net.py:make'",
+            config.path,
+            line,
+        )
+    return UserFunction(function, file, def_line)
 
 
 def _import(config: ProjectConfig, target: TargetConfig, where: str, line: int, role: str) -> Any:

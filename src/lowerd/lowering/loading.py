@@ -107,9 +107,7 @@ def _export_programs(ctx: BuildContext, loaded: Loaded) -> dict[str, Any]:
     return programs
 
 
-def _entry_site(entry: LoadedEntry, user_files: UserFiles) -> SourceSite | None:
-    if entry.file is None:
-        return None
+def _entry_site(entry: LoadedEntry, user_files: UserFiles) -> SourceSite:
     return SourceSite(user_files.display(entry.file), entry.line)
 
 

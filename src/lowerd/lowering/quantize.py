@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from lowerd.lowering.blame import Blame
-from lowerd.lowering.entry import definition_site, find_function
+from lowerd.lowering.entry import find_function
 from lowerd.lowering.export_call import export_method
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.errors import EntryError, LoweringError
@@ -50,12 +50,10 @@ def calibration_samples(
     `role` names the key that gave it in errors (verify_inputs reads the same way)."""
     if calibration is None:
         return {}
-    function = find_function(config, target, calibration, role)
-    file, line = definition_site(function)
-    if file is None:
-        file, line = str(config.path), calibration.line
+    found = find_function(config, target, calibration, role)
+    file, line = found.file, found.line
     try:
-        returned = function()
+        returned = found.function()
     except Exception as error:
         source = UserFiles(config.root).innermost_in_exception(error)
         if source is not None:

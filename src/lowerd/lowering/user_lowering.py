@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lowerd.lowering.entry import definition_site, find_function
+from lowerd.lowering.entry import UserFunction, find_function
 from lowerd.lowering.export_call import ModulePasses
 from lowerd.lowering.stages import BuildContext
 from lowerd.project.errors import EntryError
@@ -40,15 +40,14 @@ def load_partitioners(ctx: BuildContext) -> tuple[Any, ...] | None:
     reference = ctx.target.partitioners
     if not reference:
         return None
-    from executorch.exir.backend.partitioner import Partitioner
+    found, partitioners = _called(ctx, reference, "partitioners")
+    from executorch.exir.backend.partitioner import Partitioner  # not before a refusal's
 
-    function, partitioners = _called(ctx, reference, "partitioners")
     if (
         not isinstance(partitioners, list | tuple)
         or not partitioners
         or not all(isinstance(p, Partitioner) for p in partitioners)
     ):
-        file, def_line = definition_site(function)
         got = (
             f"a {type(partitioners).__name__}"
             if not isinstance(partitioners, list | tuple)
@@ -57,8 +56,8 @@ def load_partitioners(ctx: BuildContext) -> tuple[Any, ...] | None:
         raise EntryError(
             f"partitioners {reference.value} returned {got}; it returns a non-empty list of "
             "Partitioner instances, like [XnnpackPartitioner()]",
-            file or ctx.config.path,
-            def_line if file else reference.line,
+            found.file,
+            found.line,
         )
     return tuple(partitioners)
 
@@ -69,25 +68,24 @@ def load_module_passes(ctx: BuildContext) -> ModulePasses | None:
     reference = ctx.target.export.module_passes
     if not reference:
         return None
-    function, passes = _called(ctx, reference, "module_passes")
+    found, passes = _called(ctx, reference, "module_passes")
     wrong = _not_callables(passes)
     if wrong:
-        file, def_line = definition_site(function)
         raise EntryError(
             f"module_passes {reference.value} returned {wrong}; it returns a list of callables "
             "taking and returning a GraphModule, like [RemoveRedundantTransposes()]",
-            file or ctx.config.path,
-            def_line if file else reference.line,
+            found.file,
+            found.line,
         )
     return ModulePasses(tuple(passes), reference.value, str(ctx.config.path), reference.line)
 
 
-def _called(ctx: BuildContext, reference: Located[str], role: str) -> tuple[Any, Any]:
+def _called(ctx: BuildContext, reference: Located[str], role: str) -> tuple[UserFunction, Any]:
     """The function a target's `role = "file.py:fn"` names, and what it returned; one that
     raises is blamed at the user's line that raised."""
-    function = find_function(ctx.config, ctx.target, reference, role)
+    found = find_function(ctx.config, ctx.target, reference, role)
     try:
-        return function, function()
+        return found, found.function()
     except Exception as error:
         raise ctx.blame(EntryError, error, f"{role} {reference.value} raised") from error
 

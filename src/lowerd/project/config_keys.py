@@ -75,7 +75,8 @@ KEYS: tuple[Key, ...] = (
         "(one method, `forward`), or a dict of those by method name (a multi-method program "
         "whose modules may share weights). A file is relative to the pyproject.toml; the project "
         "folder is put on `sys.path`, so model files import their siblings. A missing file or "
-        "function is an error at this line.",
+        "function, or a name without Python source (a builtin such as `os:getcwd`), is an error "
+        "at this line, before anything is called; so for every key that names a function.",
         values.reference,
         shown_default="required",
         located=True,
