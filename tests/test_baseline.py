@@ -15,8 +15,16 @@ from lsprotocol import types
 from lowerd.cli.main import main
 from lowerd.daemon.baseline_diagnostics import BASELINE_REGRESSION, baseline_diagnostics
 from lowerd.lowering.build import build_target
-from lowerd.project.baseline import Change, CheckDocument, compare, facts_of, read_baseline
+from lowerd.project.baseline import (
+    BASELINE_FILE,
+    Change,
+    CheckDocument,
+    compare,
+    facts_of,
+    read_baseline,
+)
 from lowerd.project.config import load_config
+from lowerd.project.errors import ConfigError
 from lowerd.project.result import TargetResult
 from lowerd.project.verification import (
     Latency,
@@ -134,10 +142,63 @@ def test_error_and_latency_regress_past_their_bands_only() -> None:
     )
 
 
-def test_a_baseline_that_is_no_toml_is_an_error(tmp_path: Path) -> None:
-    from lowerd.project.errors import ConfigError
+# A baseline is untrusted input: each value that is no fact a build gives is refused at its line.
 
-    path = tmp_path / "lowerd.baseline.toml"
-    path.write_text("[targets.t]\ncoverage_percent = 'high'\n")
-    with pytest.raises(ConfigError, match="numbers only"):
+DIGITS_401 = "9" * 401  # past a float's range: float() raises OverflowError
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        (
+            f"[targets.t]\ncoverage_percent = 66\npte_bytes = {DIGITS_401}\n",
+            3,
+            "pte_bytes must be a finite number >= 0, got an integer of 401 digits",
+        ),
+        # NaN compares false: the gate would pass for ever.
+        ("[targets.t]\ncoverage_percent = nan\n", 2, "got the float NaN"),
+        ('[targets.t]\n"forward.max_abs_error" = inf\n', 2, "got the float Infinity"),
+        ("[targets.t]\npartitions = -1\n", 2, "partitions must be a finite number >= 0"),
+        ('[targets.t]\n"forward.verified" = true\n', 2, "got the boolean true"),
+        ("[targets.t]\ncoverage_percent = 'high'\n", 2, 'got the string "high"'),
+        ("[targets.t]\ncoverage_percent = [66]\n", 2, "got an array"),
+        # A dotted key is a table where a number belongs; a method's fact is one quoted key.
+        ("[targets.t]\nforward.latency_ms = 2.0\n", 2, "forward must be a finite number"),
+        ("targets = 5\n", 1, "targets must be a table of [targets.NAME] tables, got the integer 5"),
+        ("[[targets]]\ncoverage_percent = 66\n", 1, "got an array"),
+        ("[targets]\nt = 5\n", 2, "[targets.t] must be a table of facts, got the integer 5"),
+        (
+            "[targets.t]\npartitions = 1\ncoverage_precent = 66\n",
+            3,
+            "unknown fact 'coverage_precent' (did you mean 'coverage_percent'?)",
+        ),
+        ("\ntarget = {}\n", 2, "unknown key 'target' in lowerd.baseline.toml"),
+        (f"[targets.t]\npte_bytes = {'9' * 5000}\n", 2, "invalid TOML: an integer of more than"),
+        ("[targets.t]\npartitions = \n", 2, "invalid TOML: "),
+    ],
+)
+def test_a_baseline_value_no_build_gives_is_refused_at_its_line(
+    tmp_path: Path, text: str, line: int, words: str
+) -> None:
+    path = tmp_path / BASELINE_FILE
+    path.write_text(text)
+    with pytest.raises(ConfigError) as refused:
         read_baseline(path)
+    assert (refused.value.location.file, refused.value.location.line) == (str(path), line)
+    assert words in refused.value.message
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 400  # one line
+
+
+def test_a_refused_baseline_is_one_line_of_check_before_any_build(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = project / BASELINE_FILE
+    path.write_text(f"[targets.host]\npte_bytes = {DIGITS_401}\n")
+    try:
+        for update in ((), ("--update",)):
+            assert check(project, *update) == 2
+            said = f"lowerd: {path}:2: pte_bytes must be a finite number >= 0, got an integer of"
+            err = capsys.readouterr().err
+            assert err.startswith(said) and err.count("\n") == 1, err
+    finally:
+        path.unlink()

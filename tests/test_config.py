@@ -261,6 +261,13 @@ def test_toml_syntax_error_gives_tomllib_line(tmp_path: Path) -> None:
     assert "column" in error.message
 
 
+def test_an_integer_past_pythons_digit_limit_is_invalid_toml_at_its_line(tmp_path: Path) -> None:
+    # tomllib's int() raises a ValueError of its own there, not a TOMLDecodeError.
+    error = load_error(tmp_path, f"[tool.lowerd]\nbackends = []\ntimeout = {'9' * 5000}\n")
+    assert error.location.line == 3
+    assert error.message.startswith("invalid TOML: an integer of more than")
+
+
 def test_toml_error_at_end_of_document_blames_last_line(tmp_path: Path) -> None:
     error = load_error(
         tmp_path,

@@ -48,6 +48,9 @@ def run_check(
             file=sys.stderr,
         )
         return EXIT_USAGE
+    # Read (and refused at its line) before any build: --update keeps the facts of targets not
+    # built now, and a broken file must not cost a build first.
+    baseline = read_baseline(path) if path.is_file() else {}
     document, exit_code = build_document(str(config.path), target_names)
     if document is None:
         return exit_code
@@ -55,11 +58,11 @@ def run_check(
     now = {result.name: facts_of(result) for result in results if result.ok}
     broken = [_broken(result) for result in results if not result.ok or not result.loads]
     if update:
-        _update(path, config.targets, now)
+        _update(path, baseline, config.targets, now)
         for line in broken:
             print(f"lowerd: {line}", file=sys.stderr)
         return EXIT_TARGET_FAILED if broken else EXIT_OK
-    changes = compare(read_baseline(path), now)
+    changes = compare(baseline, now)
     checked = CheckDocument.of(path, len(now), changes, broken)
     if as_json:
         json.dump(encode(checked), sys.stdout, indent=2)
@@ -69,10 +72,11 @@ def run_check(
     return EXIT_OK if checked.passed else EXIT_TARGET_FAILED
 
 
-def _update(path: Path, targets: Container[str], now: dict[str, Facts]) -> None:
+def _update(
+    path: Path, earlier: dict[str, Facts], targets: Container[str], now: dict[str, Facts]
+) -> None:
     """The baseline with the facts of the targets built now; a target not built now keeps its
     facts, one no longer in the config loses them."""
-    earlier = read_baseline(path) if path.is_file() else {}
     kept = {name: facts for name, facts in earlier.items() if name in targets}
     write_atomic(path, baseline_text({**kept, **now}).encode("utf-8"), mode=0o644)
     print(f"lowerd: wrote the facts of {len(now)} targets to {path.name}")

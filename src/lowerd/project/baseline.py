@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from lowerd.cache.regular_file import read_regular_file
-from lowerd.project.errors import ConfigError
+from lowerd.project.config_reader import KeyReader, describe, did_you_mean, key_name, read_toml
 from lowerd.project.result import TargetResult
+from lowerd.project.toml_lines import KeyPath
 
 BASELINE_FILE = "lowerd.baseline.toml"
 
@@ -157,18 +156,56 @@ def baseline_path(config_path: Path) -> Path:
 
 
 def read_baseline(path: Path) -> dict[str, Facts]:
-    """The baseline's facts by target; an unreadable file is an error at its line."""
-    try:  # a regular file under a cap: the daemon reads it too
-        data = tomllib.loads(read_regular_file(path).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"{path.name} is no baseline lowerd reads: {error}", path) from error
+    """The baseline's facts by target, read as the config is (config_reader.py): a file that is
+    no TOML, a key it does not know, a value of the wrong shape (`targets = 5`, a table where a
+    number belongs) or a fact no build gives (`nan`, `inf`, a negative count, an integer past a
+    float's range) is a ConfigError at its line. Each of them, read as a number, would make a
+    gate pass for ever (NaN compares false) or fail for ever."""
+    text, data = read_toml(path)  # a regular file under a cap: the daemon reads it too
+    reader = KeyReader(path, text)
+    reader.check_keys(data, ["targets"], (), path.name)
     targets = data.get("targets", {})
-    baseline: dict[str, Facts] = {}
-    for target, facts in targets.items() if isinstance(targets, dict) else ():
-        if not isinstance(facts, dict) or not all(_number(v) for v in facts.values()):
-            raise ConfigError(f"{path.name}: [targets.{target}] must hold numbers only", path)
-        baseline[target] = {name: float(value) for name, value in facts.items()}
-    return baseline
+    if not isinstance(targets, dict):
+        message = f"targets must be a table of [targets.NAME] tables, got {describe(targets)}"
+        raise reader.error(message, ("targets",))
+    return {name: _facts(reader, facts, ("targets", name)) for name, facts in targets.items()}
+
+
+def _facts(reader: KeyReader, table: object, key: KeyPath) -> Facts:
+    if not isinstance(table, dict):
+        message = f"[targets.{_key(key_name(key))}] must be a table of facts, got {describe(table)}"
+        raise reader.error(message, key)
+    return {name: _fact(reader, value, (*key, name)) for name, value in table.items()}
+
+
+# What `forward.latency_ms = 1.2` (a dotted key: a table) is told.
+_DOTTED_FACT = ' (a method\'s fact is one quoted key: "METHOD.FACT" = ...)'
+
+
+def _fact(reader: KeyReader, value: object, key: KeyPath) -> float:
+    name = key_name(key)
+    number = _finite(value)
+    if number is None or number < 0:
+        dotted = _DOTTED_FACT if isinstance(value, dict) else ""
+        message = f"{name} must be a finite number >= 0, got {describe(value)}{dotted}"
+        raise reader.error(message, key)
+    if fact_kind(name) is None:
+        hint = did_you_mean(name, [*TARGET_FACTS, *METHOD_FACTS])
+        methods = ", ".join(f'"METHOD.{fact}"' for fact in METHOD_FACTS)
+        raise reader.error(
+            f"unknown fact {name!r}{hint}; facts: {', '.join(TARGET_FACTS)}, {methods}", key
+        )
+    return number
+
+
+def _finite(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a float's range
+        return None
+    return number if math.isfinite(number) else None
 
 
 def baseline_text(facts: Mapping[str, Facts]) -> str:
@@ -197,11 +234,8 @@ def _key(name: str) -> str:
 
 
 def _value(value: float) -> str:
-    """An integer as one; else Python's shortest repr, which TOML reads back (`inf`, `nan`)."""
+    """An integer as one; else Python's shortest repr (a fact is finite: read_baseline refuses
+    any other)."""
     if math.isfinite(value) and float(value).is_integer() and abs(value) < 2**53:
         return str(int(value))
     return repr(float(value))
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -13,15 +13,23 @@ import hashlib
 import json
 import os
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from lowerd.cache.regular_file import read_regular_file
 from lowerd.project.config_keys import Scope, key_names, keys_in
-from lowerd.project.config_reader import LOWERD, TARGETS, KeyReader, Table, describe, did_you_mean
+from lowerd.project.config_reader import (
+    LOWERD,
+    TARGETS,
+    KeyReader,
+    Table,
+    decode_text,
+    describe,
+    did_you_mean,
+    parse_toml,
+    read_toml,
+)
 from lowerd.project.config_values import is_path
 from lowerd.project.errors import ConfigError
 from lowerd.project.export_options import ExportConfig
@@ -45,7 +53,6 @@ T = TypeVar("T")
 
 # <name>.pte is written into out_dir, so a name must be a plain file stem.
 _TARGET_NAME = re.compile(r"[A-Za-z0-9_.-]+")
-_TOML_POSITION = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
 
 
 @dataclass(frozen=True)
@@ -224,8 +231,8 @@ def choose_config(explicit: str | None) -> Path:
 
 def load_config(path: Path) -> ProjectConfig:
     path = Path(os.path.abspath(path))
-    text = _decode(_read_bytes(path), path)
-    table = _lowerd_table(_parse_toml(text, path))
+    text, data = read_toml(path)
+    table = _lowerd_table(data)
     if table is None:
         raise ConfigError(f"no [tool.lowerd] table in {path.name}", path)
     return _read_project(KeyReader(path, text), table)
@@ -255,44 +262,6 @@ def _unknown_targets_error(config: ProjectConfig, names: Sequence[str]) -> Confi
 # Reading and parsing -------------------------------------------------------------------------
 
 
-def _read_bytes(path: Path) -> bytes:
-    """A regular file's bytes, read without blocking (a client may name a FIFO or a device)."""
-    try:
-        return read_regular_file(path)
-    except FileNotFoundError:
-        raise ConfigError("file not found", path) from None
-    except OSError as e:
-        raise ConfigError(f"cannot read: {e.strerror or e}", path) from None
-
-
-def _decode(raw: bytes, path: Path) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise ConfigError("not valid UTF-8 text", path, line) from None
-
-
-def _parse_toml(text: str, path: Path) -> dict[str, object]:
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        message, line = _split_toml_position(str(e), text)
-        raise ConfigError(f"invalid TOML: {message}", path, line) from None
-
-
-def _split_toml_position(message: str, text: str) -> tuple[str, int | None]:
-    """tomllib appends "(at line N, column M)" to its messages: move N to the error's location
-    and keep the column in a shorter message."""
-    match = _TOML_POSITION.search(message)
-    if match is None:
-        return message, None
-    message = message[: match.start()]
-    if match.group(1) is None:  # "at end of document": blame the last line
-        return f"{message} at end of file", max(len(text.splitlines()), 1)
-    return f"{message} (column {match.group(2)})", int(match.group(1))
-
-
 def _lowerd_table(data: Mapping[str, object]) -> object:
     tool = data.get("tool")
     return tool.get("lowerd") if isinstance(tool, dict) else None
@@ -307,7 +276,7 @@ def _declares_lowerd(candidate: Path) -> bool:
     # most likely the one meant: its error is raised rather than walked past to a parent project.
     if b"lowerd" not in raw:
         return False
-    data = _parse_toml(_decode(raw, candidate), candidate)
+    data = parse_toml(decode_text(raw, candidate), candidate)
     return _lowerd_table(data) is not None
 
 
