@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from lsprotocol import types
 
+from lowerd.cli import check_command
 from lowerd.cli.main import main
 from lowerd.daemon.baseline_diagnostics import BASELINE_REGRESSION, baseline_diagnostics
 from lowerd.lowering.build import build_target
@@ -202,3 +203,24 @@ def test_a_refused_baseline_is_one_line_of_check_before_any_build(
             assert err.startswith(said) and err.count("\n") == 1, err
     finally:
         path.unlink()
+
+
+def test_a_folder_where_the_baseline_goes_is_one_line_naming_it(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = project / BASELINE_FILE
+    path.mkdir()
+    try:
+        for update in ((), ("--update",)):
+            assert check(project, *update) == 2
+            said = f"lowerd: {path}: cannot read: a folder, not a regular file\n"
+            assert capsys.readouterr().err == said
+    finally:
+        path.rmdir()
+    # One that appears between the read and the write: the write's error, at the path.
+    (tmp_path / BASELINE_FILE).mkdir()
+    with pytest.raises(ConfigError) as refused:
+        check_command._update(tmp_path / BASELINE_FILE, {}, {}, {})
+    assert str(refused.value) == f"{tmp_path / BASELINE_FILE}: cannot write {BASELINE_FILE}: " + (
+        "Is a directory"
+    )

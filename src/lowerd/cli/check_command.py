@@ -32,6 +32,7 @@ from lowerd.project.baseline import (
     shown_fact,
 )
 from lowerd.project.config import choose_config, load_config
+from lowerd.project.errors import ConfigError
 from lowerd.project.result import TargetResult
 from lowerd.project.wire import decode, encode
 
@@ -41,7 +42,7 @@ def run_check(
 ) -> int:
     config = load_config(choose_config(config_path))
     path = baseline_path(config.path)
-    if not update and not path.is_file():
+    if not update and not path.exists():  # anything else there is read, and refused at its line
         print(
             f"lowerd: no {BASELINE_FILE} beside {config.path.name}: `lowerd check --update` "
             "writes one from this build",
@@ -50,7 +51,7 @@ def run_check(
         return EXIT_USAGE
     # Read (and refused at its line) before any build: --update keeps the facts of targets not
     # built now, and a broken file must not cost a build first.
-    baseline = read_baseline(path) if path.is_file() else {}
+    baseline = read_baseline(path) if path.exists() else {}
     document, exit_code = build_document(str(config.path), target_names)
     if document is None:
         return exit_code
@@ -78,7 +79,10 @@ def _update(
     """The baseline with the facts of the targets built now; a target not built now keeps its
     facts, one no longer in the config loses them."""
     kept = {name: facts for name, facts in earlier.items() if name in targets}
-    write_atomic(path, baseline_text({**kept, **now}).encode("utf-8"), mode=0o644)
+    try:
+        write_atomic(path, baseline_text({**kept, **now}).encode("utf-8"), mode=0o644)
+    except OSError as error:  # a read-only or full disk, a folder that appeared since
+        raise ConfigError(f"cannot write {path.name}: {error.strerror or error}", path) from None
     print(f"lowerd: wrote the facts of {len(now)} targets to {path.name}")
 
 
