@@ -29,11 +29,23 @@ def flag(reader: KeyReader, value: object, key: KeyPath) -> bool:
 
 
 def folder(reader: KeyReader, value: object, key: KeyPath) -> Path:
+    return Path(path_text(reader, value, key, "folder")).expanduser()
+
+
+def path_text(reader: KeyReader, value: object, key: KeyPath, kind: str) -> str:
+    """A path as the config gives it (a `kind`: folder, file): a non-empty string without NUL,
+    which no path holds (the system would refuse it far from this line, in a traceback)."""
     if not isinstance(value, str) or not value:
         raise reader.error(
-            f"{key_name(key)} must be a folder path string, got {describe(value)}", key
+            f"{key_name(key)} must be a {kind} path string, got {describe(value)}", key
         )
-    return Path(value).expanduser()
+    refuse_nul(reader, value, key)
+    return value
+
+
+def refuse_nul(reader: KeyReader, value: str, key: KeyPath) -> None:
+    if "\0" in value:
+        raise reader.error(f"{key_name(key)} {value!r} holds a NUL character: no path can", key)
 
 
 def project_folder(reader: KeyReader, value: object, key: KeyPath) -> Path:
@@ -139,11 +151,7 @@ def _key_file(
 ) -> KeyFile:
     """A key file, relative to the config's folder unless absolute, loaded now so that an
     unusable one is blamed on its line (the build loads it again: it may change meanwhile)."""
-    if not isinstance(value, str) or not value:
-        raise reader.error(
-            f"{key_name(key)} must be a file path string, got {describe(value)}", key
-        )
-    path = reader.root / Path(value).expanduser()
+    path = reader.root / Path(path_text(reader, value, key, "file")).expanduser()
     try:
         load(path)
     except KeyFileError as error:
@@ -159,6 +167,7 @@ def reference(reader: KeyReader, value: object, key: KeyPath) -> str:
         raise reader.error(
             f'{what} must be a string like "models/net.py:make", got {describe(value)}', key
         )
+    refuse_nul(reader, value, key)
     module, colon, function = value.rpartition(":")
     if not colon or not function:
         example = f"{module or value or 'models/net.py'}:make"

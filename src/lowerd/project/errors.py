@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from lowerd.project.printable import printable
 from lowerd.project.result import ErrorInfo
 
 
@@ -27,6 +28,7 @@ class LowerdError(Exception):
     def __init__(
         self, message: str, file: str | Path | None = None, line: int | None = None
     ) -> None:
+        message = printable(message)  # it quotes the user's input: shown, never acted on
         super().__init__(message)
         self.message = message
         self.location = Location(str(file) if file is not None else None, line)

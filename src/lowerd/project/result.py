@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from lowerd.cache.remote import ANY_WRITER, RemoteCounts, RemoteReport
 from lowerd.project.loadability import RuntimeCheck
+from lowerd.project.printable import printable
 from lowerd.project.report_model import MethodReport, coverage_percent
 from lowerd.project.verification import Verification
 from lowerd.project.wire import wire_field, wire_shape
@@ -34,6 +35,10 @@ class ErrorInfo:
     message: str
     file: str | None = None
     line: int | None = None
+
+    def __post_init__(self) -> None:
+        # Whoever made it (a worker's crash, a decoded answer): shown, never acted on.
+        object.__setattr__(self, "message", printable(self.message))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from lowerd.project.config_reader import KeyReader, describe
+from lowerd.project.config_values import refuse_nul
 from lowerd.project.located import Located
 from lowerd.project.toml_lines import KeyPath
 
@@ -81,6 +82,7 @@ def _op_list(reader: KeyReader, value: object, key: KeyPath) -> str:
         raise reader.error(
             f"ops must be the path of an op list (.yaml), got {describe(value)}", key
         )
+    refuse_nul(reader, value, key)
     if not (reader.root / value).expanduser().is_file():
         raise reader.error(f"ops: no file {value!r} (relative to the pyproject.toml)", key)
     return value
