@@ -14,11 +14,15 @@ import pytest
 import torch
 from torch import nn
 
-from lowerd.lowering.region_edge import RegionalRun
+from lowerd.cache.store import BlobStore
+from lowerd.lowering import template_store
+from lowerd.lowering.edge_speedups import EdgeSpeedups
+from lowerd.lowering.region_edge import RegionalEdge, RegionalRun
+from lowerd.lowering.template_store import TemplateStore
 
 from helpers import PROJECTS
 from stock import importable_copy, sha256
-from test_region_edge import Plain, Stack, exported, regional_and_stock
+from test_region_edge import Plain, Stack, exported, regional_and_stock, replay_metadata
 
 EXAMPLES = PROJECTS.parents[1] / "examples"
 
@@ -74,3 +78,60 @@ def test_weights_the_replays_would_name_alike_run_stock() -> None:
     assert sha256(mine) == sha256(stock)
     [run] = runs
     assert run.stock_because is not None and "named alike" in run.stock_because
+
+
+def lowered_through(
+    program: Any, templates: TemplateStore, edges: list[Any] | None = None
+) -> tuple[bytes, list[RegionalRun]]:
+    """The program lowered with XNNPACK, regional edge generation reading and writing its
+    templates through `templates`; its manager appended to `edges`."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    regional = RegionalEdge(store=templates)
+    with EdgeSpeedups(None).installed(), regional.installed():
+        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        if edges is not None:
+            edges.append(edge)
+        return bytes(edge.to_executorch().buffer), regional.runs
+
+
+def test_a_strict_export_s_template_is_kept_and_read_back_with_stock_s_metadata(
+    tmp_path: Any,
+) -> None:
+    """Strict export adds `example_value` (the val's own object), `source_fn_stack` (module
+    classes and torch's functions) and `eager_input_vals` to a template's nodes: the store holds
+    them, the next build reads the template back, and bytes and metadata are stock's."""
+    with torch.no_grad():
+        program = exported(Stack(Plain), strict=True)
+    edges: list[Any] = []
+    stock, _, _ = regional_and_stock(program, edges=edges)
+    store = BlobStore(tmp_path / "cache")
+    first, second = TemplateStore(store), TemplateStore(store)
+    made, read = lowered_through(program, first, edges), lowered_through(program, second, edges)
+    assert sha256(made[0]) == sha256(read[0]) == sha256(stock)
+    assert made[1] == [RegionalRun(3, 1, None, reused=0)] and first.stored == 1
+    assert read[1] == [RegionalRun(3, 1, None, reused=1)] and second.stored == 0
+    assert replay_metadata(edges[2]) == replay_metadata(edges[0])
+    assert replay_metadata(edges[3]) == replay_metadata(edges[0])
+
+
+def test_a_template_naming_a_callable_no_imported_module_holds_is_a_miss(tmp_path: Any) -> None:
+    """Reading never imports: an entry whose source_fn_stack names a module no import made (here
+    the entry rewritten so, under its own digest) is unreadable, generated again, stock's bytes."""
+    with torch.no_grad():
+        program = exported(Stack(Plain), strict=True)
+    stock, _, _ = regional_and_stock(program)
+    store = BlobStore(tmp_path / "cache")
+    lowered_through(program, TemplateStore(store))
+    [entry] = (tmp_path / "cache").rglob(f"*.{template_store.KIND}")
+    key = entry.name.split(".")[0]
+    payload = store.get(key, template_store.KIND)
+    assert payload is not None and b"torch.nn.modules.linear" in payload
+    elsewhere = payload.replace(b"torch.nn.modules.linear", b"torch.nn.modules.lineaX")
+    store.put(key, elsewhere, template_store.KIND)
+    templates = TemplateStore(store)
+    pte, runs = lowered_through(program, templates)
+    assert sha256(pte) == sha256(stock)
+    assert runs == [RegionalRun(3, 1, None)] and templates.unreadable == 1
+    assert "torch.nn.modules.lineaX" in templates.problems[0]

@@ -14,13 +14,16 @@ the region's inputs. The entry holds exactly that, as msgpack of plain data and 
   (checked when stored: the name must resolve to the target itself);
 - arguments as tagged plain values (nodes by index, ints, floats, bools, strings, dtypes,
   devices, layouts, memory formats, tuples and lists as they were);
-- metadata field by field, only the keys listed in `_META` (any other key, a later helper's
-  `source_fn_stack`, `example_value`, a symbolic value, makes the template unstorable: the next
-  build generates it again). `val` as shape, stride, dtype, device and requires_grad (all the
-  assembly's `fake` reads of it); from_node chains link by link (name, target, graph id, pass,
-  actions), so `region_root` finds the same names in the same cut graph; `desc` as its kind
-  (a weight's names its own placeholder's weight, rebased below; a plain input's index);
-  `original_aten` by name; the rest plain values;
+- metadata field by field, only the keys listed in `_META` (any other key, or a symbolic value,
+  makes the template unstorable: the next build generates it again). Strict export's
+  `example_value` as "the node's val" (the very object, as region_edge.py argues it), its
+  `source_fn_stack` callables by module and name, found again only in modules already imported
+  (reading never imports: a user's module is imported by its own build), its `eager_input_vals`
+  as plain and fake values, fx's immutable lists and dicts there as such. `val` as shape,
+  stride, dtype, device and requires_grad (all the assembly's `fake` reads of it); from_node
+  chains link by link (name, target, graph id, pass, actions), so `region_root` finds the same
+  names in the same cut graph; `desc` as its kind (a weight's names its own placeholder's
+  weight, rebased below; a plain input's index); `original_aten` by name; the rest plain values;
 - weight placeholders by the index of the region input they stand for: read back for another
   region of the same structure (the first of it in this program, which a previous build may
   have copied from another layer), their names, specs and `desc` are that region's weights, as
@@ -48,6 +51,7 @@ import dataclasses
 import hashlib
 import logging
 import operator
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -261,6 +265,9 @@ def _value(value: Any, nodes: dict[torch.fx.Node, int] | None = None, fake: bool
         # fx keeps a node's list and dict arguments as immutable_list/immutable_dict, which
         # map_arg (the assembly's copy) makes of any list or dict: read back as list and dict.
         kind = _ARGUMENT_KINDS.get(kind, kind)
+    elif kind in _IMMUTABLE:
+        # in metadata (eager_input_vals' arguments) fx's own kinds are held as they are
+        return [_IMMUTABLE[kind], _value(_ARGUMENT_KINDS[kind](value), nodes, fake)]
     if value is None:
         return ["none"]
     if kind in (bool, int, float, str):
@@ -288,8 +295,14 @@ def _value(value: Any, nodes: dict[torch.fx.Node, int] | None = None, fake: bool
     raise Unstorable(f"a value of {kind.__name__}")
 
 
+_IMMUTABLE: dict[type, str] = {kind: f"immutable {kind.__name__}" for kind in _ARGUMENT_KINDS}
+
+
 def _read(plain: Any, nodes: list[torch.fx.Node] | None, mode: Any) -> Any:
     tag, *rest = plain
+    for kind, name in _IMMUTABLE.items():
+        if tag == name and len(rest) == 1:
+            return kind(_read(rest[0], nodes, mode))
     if tag == "fake" and mode is not None:
         return _fake_tensor(mode, plain)
     if tag == "none" and not rest:
@@ -393,6 +406,9 @@ _META = {
     "original_aten": "op",
     "from_node": "sources",
     "desc": "desc",
+    "eager_input_vals": "fake",  # the template's; nothing of these versions reads it
+    "example_value": "val",
+    "source_fn_stack": "callers",
 }
 
 
@@ -408,10 +424,69 @@ def _meta(meta: dict[str, Any], fqn: str | None) -> list[Any]:
             encoded = [_source(s) for s in _list(value)]
         elif how == "desc":
             encoded = _desc(value, fqn)
+        elif how == "val":
+            _check_same_as_val(meta, key)
+            encoded = None
+        elif how == "callers":
+            encoded = [[_str_of(name), _caller(fn)] for name, fn in _pairs(value)]
         else:
             encoded = _value(value, fake=how == "fake")
         plain.append([key, encoded])
     return plain
+
+
+def _check_same_as_val(meta: dict[str, Any], key: str) -> None:
+    """Strict export's `example_value` is held only as what it is wherever the assembly meets
+    it: the very object that is the node's `val` (region_edge.py); read back it is that again."""
+    if meta[key] is not meta.get("val"):
+        raise Unstorable(f"{key} is not the node's val")
+
+
+def _pairs(value: Any) -> list[tuple[Any, Any]]:
+    if type(value) is not list or any(type(p) is not tuple or len(p) != 2 for p in value):
+        raise Unstorable(f"a source_fn_stack of {type(value).__name__}")
+    return value
+
+
+def _str_of(value: Any) -> str:
+    if type(value) is not str:
+        raise Unstorable(f"a name of {type(value).__name__}")
+    return value
+
+
+def _caller(fn: Any) -> list[Any]:
+    """A source_fn_stack callable (a module class or a function; a tensor method is its name):
+    by module and qualified name, stored only where that name finds the very object again."""
+    if type(fn) is str:
+        return ["method", fn]
+    module = getattr(fn, "__module__", None)
+    # torch's own functions are builtins of a class torch does not export (`torch.relu`'s
+    # qualified name is `_VariableFunctionsClass.relu`): found by their name in their module
+    for name in (getattr(fn, "__qualname__", None), getattr(fn, "__name__", None)):
+        plain = ["callable", module, name]
+        try:
+            if _found_caller(plain) is fn:
+                return plain
+        except Unreadable:
+            continue
+    raise Unstorable(f"{fn!r} is not found again by its name")
+
+
+def _found_caller(plain: Any) -> Any:
+    """The callable a stored name names, looked up only in modules already imported (reading
+    an entry never imports: a module of the user's is imported by its own build, or missing)."""
+    kind, *rest = plain
+    if kind == "method" and len(rest) == 1:
+        return _str(rest[0])
+    module, qualname = rest if kind == "callable" and len(rest) == 2 else (None, None)
+    if type(module) is not str or type(qualname) is not str or "<" in qualname:
+        raise Unreadable(f"a caller {plain!r}")
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if found is None:
+        raise Unreadable(f"no {module}.{qualname} among the imported modules")
+    return found
 
 
 def _original_aten(value: Any) -> list[Any] | None:
@@ -501,8 +576,19 @@ def _read_meta(plain: Any, mode: Any, fqn: str | None) -> dict[str, Any]:
             meta[key] = [_read_source(s) for s in value]
         elif how == "desc":
             meta[key] = _read_desc(value, fqn)
+        elif how == "val":
+            if value is not None:
+                raise Unreadable(f"{key} holding a value")
+            meta[key] = None  # the val's object, set once every key is read
+        elif how == "callers":
+            meta[key] = [(_str(name), _found_caller(fn)) for name, fn in value]
         else:
             meta[key] = _read(value, None, mode if how == "fake" else None)
+    for key, how in _META.items():
+        if how == "val" and key in meta:
+            if "val" not in meta:
+                raise Unreadable(f"{key} without a val")
+            meta[key] = meta["val"]
     return meta
 
 
