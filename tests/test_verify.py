@@ -14,7 +14,7 @@ import pytest
 from lowerd.cli.report_table import format_report
 from lowerd.cli.verify_table import format_verification
 from lowerd.lowering.runtime_run import RunRequest, run_on_runtime
-from lowerd.lowering.verify_compare import tolerance_for
+from lowerd.lowering.verify_compare import check_output, tolerance_for
 from lowerd.project.result import TargetResult
 from lowerd.project.verification import Tolerance
 from lowerd.project.wire import decode
@@ -144,6 +144,21 @@ def test_a_quantized_default_tolerance_is_the_quantized_one() -> None:
     half = tolerance_for((torch.zeros(2, dtype=torch.float16),), False, None, 0.5)
     assert half == Tolerance(1e-2, 0.5, "atol/rtol")
     assert tolerance_for((torch.zeros(2, dtype=torch.int64),), False, None, None).atol == 0.0
+
+
+def test_equal_infinities_match_as_in_torch_allclose() -> None:
+    """-inf on both sides (a masked logit) matches: inf - inf is NaN, not an error (issue 32
+    point 3); an infinity on one side only, or of the other sign, does not."""
+    import torch
+
+    inf = float("inf")
+    tolerance = Tolerance(1e-4, 1e-3, "float32 default")
+    eager = torch.tensor([[-inf, 1.0, inf, float("nan")]])
+    same = check_output(0, eager.clone(), eager, tolerance)
+    assert (same.mismatched, same.max_abs, same.max_rel) == (0, 0.0, 0.0)
+    assert torch.allclose(eager, eager.clone(), equal_nan=True)
+    off = check_output(0, torch.tensor([[inf, 1.0, 2.0, float("nan")]]), eager, tolerance)
+    assert off.mismatched == 2 and off.max_abs == 0.0
 
 
 def test_the_table_names_the_diverging_op(verified: tuple[Path, Path, Run]) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lowerd.lowering.runtime_profile import Instruction, op_name
+from lowerd.lowering.verify_compare import mismatched_elements
 from lowerd.project.backends import backend_by_details_class
 from lowerd.project.source_map import UserFiles
 from lowerd.project.verification import Divergence, Tolerance
@@ -224,9 +225,7 @@ def _gap(value: Any, eager: _EagerValue, tolerance: Tolerance) -> float | None:
         return None
     if value.shape != want.shape or not want.is_floating_point():
         return None
-    a, b = value.detach().to(torch.float64), want.detach().to(torch.float64)
-    difference = (a - b).abs()
-    allowed = tolerance.atol + tolerance.rtol * b.abs()
-    if bool((difference <= allowed).all()):
+    difference, mismatched = mismatched_elements(value, want, tolerance)
+    if not bool(mismatched.any()):
         return None
     return float(difference.nan_to_num(posinf=0.0).max())

@@ -57,20 +57,29 @@ def check_case(case: Case, run: CaseRun, tolerance: Tolerance) -> InputCheck:
 
 
 def check_output(index: int, got: Any, want: Any, tolerance: Tolerance) -> OutputCheck:
-    """Errors in float64; an element off by more than atol + rtol * |eager| is mismatched, a NaN
-    on one side only too (NaN on both sides is equal, as torch.allclose's equal_nan has it)."""
-    import torch
-
-    a, b = got.detach().to(torch.float64), want.detach().to(torch.float64)
-    difference = (a - b).abs()
-    both_nan = a.isnan() & b.isnan()
-    finite = torch.isfinite(difference)
-    allowed = tolerance.atol + tolerance.rtol * b.abs()
-    mismatched = int((~both_nan & ~(finite & (difference <= allowed))).sum())
+    """Errors in float64 (mismatched_elements); the largest relative one over eager's finite
+    nonzero elements."""
+    difference, mismatched = mismatched_elements(got, want, tolerance)
+    finite = difference.isfinite()
     shown = difference[finite]
     max_abs = float(shown.max()) if shown.numel() else 0.0
-    nonzero = finite & (b != 0)
+    b = want.detach().to(difference.dtype)
+    nonzero = finite & b.isfinite() & (b != 0)
     relative = difference[nonzero] / b.abs()[nonzero]
     max_rel = float(relative.max()) if relative.numel() else 0.0
     dtype = str(want.dtype).removeprefix("torch.")
-    return OutputCheck(index, dtype, tuple(want.shape), max_abs, max_rel, mismatched)
+    return OutputCheck(index, dtype, tuple(want.shape), max_abs, max_rel, int(mismatched.sum()))
+
+
+def mismatched_elements(got: Any, want: Any, tolerance: Tolerance) -> tuple[Any, Any]:
+    """|got - want| in float64, and which elements are out of tolerance: off by more than atol +
+    rtol * |want|, or NaN on one side only. Equal elements match, equal infinities among them
+    (whose difference, inf - inf, is NaN: 0 here), and so does NaN on both sides: torch.allclose's
+    rule with equal_nan."""
+    import torch
+
+    a, b = got.detach().to(torch.float64), want.detach().to(torch.float64)
+    equal = (a == b) | (a.isnan() & b.isnan())
+    difference = torch.where(equal, 0.0, (a - b).abs())
+    allowed = tolerance.atol + tolerance.rtol * b.abs()
+    return difference, ~(equal | (difference.isfinite() & (difference <= allowed)))
