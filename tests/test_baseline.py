@@ -224,3 +224,17 @@ def test_a_folder_where_the_baseline_goes_is_one_line_naming_it(
     assert str(refused.value) == f"{tmp_path / BASELINE_FILE}: cannot write {BASELINE_FILE}: " + (
         "Is a directory"
     )
+
+
+def test_the_editor_shows_a_refused_baseline_at_its_line(project: Path) -> None:
+    """Its own Error at the value's line of the baseline, instead of its regression warnings
+    (test_server.py: and every build's diagnostics stay)."""
+    path = project / BASELINE_FILE
+    path.write_text(f"[targets.host]\ncoverage_percent = 66\npartitions = {DIGITS_401}\n")
+    try:
+        found = baseline_diagnostics({}, load_config(project / "pyproject.toml"))
+    finally:
+        path.unlink()
+    [error] = found[path]
+    assert (error.severity, error.code) == (types.DiagnosticSeverity.Error, "config-error")
+    assert error.range.start.line == 2 and "partitions must be a finite number" in error.message

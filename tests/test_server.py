@@ -558,6 +558,34 @@ async def test_a_runtime_without_a_kernel_and_a_regressed_baseline_show_at_their
     assert not editor.at("refused.entry", "baseline-regression")
 
 
+async def test_a_refused_baseline_is_its_one_error_and_every_other_diagnostic_stays(
+    editor: Editor, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A baseline value lowerd refuses (an integer of 401 digits, past a float's range) costs the
+    baseline's warnings only: its one Error at the value's line of lowerd.baseline.toml, shown on
+    its save, while the builds' coverage and refusals stay, through a rebuild too; the server
+    logs no traceback (its stderr is this test's)."""
+    baseline = "lowerd.baseline.toml"
+    capfd.readouterr()
+    editor.save(baseline, f"[targets.refused]\ncoverage_percent = 100\npartitions = {'9' * 401}\n")
+    try:
+        await editor.until("the baseline's error", lambda: editor.diagnostics(baseline))
+        since = len(editor.events)
+        await editor.execute_command("lowerd.buildAll")
+        for target in TARGETS:
+            await editor.built(target, since)
+        await editor.until("the builds' diagnostics", editor.shows_the_known_state)
+        [error] = editor.diagnostics(baseline)
+        assert (error.severity, error.code) == (types.DiagnosticSeverity.Error, "config-error")
+        assert error.range.start.line == 2, error
+        assert error.message.startswith("partitions must be a finite number >= 0, got an integer")
+        assert not editor.at("refused.entry", "baseline-regression")
+    finally:
+        editor.path(baseline).unlink()
+    await editor.until("the error gone", lambda: not editor.diagnostics(baseline))
+    assert "Traceback" not in capfd.readouterr().err
+
+
 async def test_a_builds_diagnostics_come_before_its_build_finished(editor: Editor) -> None:
     """A client that acts on lowerd/buildFinished (a status line, a test) finds the build's
     diagnostics already published. A build that fails sends no partitioned report first, so

@@ -1,7 +1,9 @@
 """The editor's side of `lowerd check`: a fact of a shown build that regressed past the committed
 baseline (lowerd.baseline.toml, project/baseline.py) is a Warning at the target's entry. Only
-complete builds are compared (a report still partitioning has no sizes yet); a baseline the
-daemon cannot read shows nothing here (`lowerd check` says why). No torch."""
+complete builds are compared (a report still partitioning has no sizes yet). A baseline that
+read_baseline refuses (a value of the wrong shape, `nan`) is that one Error at its line of the
+baseline, as `lowerd check` says it; it costs the regression warnings only, never the builds'
+own diagnostics. No torch."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from lowerd.daemon.diagnostics import (
     SOURCE,
     FileDiagnostics,
     LineReader,
+    config_error_diagnostics,
     line_range,
     read_lines_from_disk,
     site_of,
@@ -44,8 +47,8 @@ def baseline_diagnostics(
         return {}
     try:
         baseline = read_baseline(path)
-    except ConfigError:
-        return {}
+    except ConfigError as error:
+        return config_error_diagnostics(error.info(), path, lines)
     complete = {
         name: facts_of(result)
         for name, result in results.items()

@@ -25,6 +25,7 @@ from lowerd.daemon.runtime import RuntimeDirError
 from lowerd.daemon.scheduler import BuildListener, Scheduler
 from lowerd.daemon.settings import Settings
 from lowerd.daemon.watcher import ProjectWatcher
+from lowerd.project.baseline import baseline_path
 from lowerd.project.config import PYPROJECT, ProjectConfig, TargetConfig, find_config, load_config
 from lowerd.project.errors import ConfigError
 from lowerd.project.result import ErrorInfo, TargetResult
@@ -35,7 +36,7 @@ from lowerd.worker.workers import WorkerPool
 
 class SessionListener(BuildListener, Protocol):
     """The front end: hears of each build (as the Scheduler's listener), of each (re)load of the
-    project, and of what the user should read in a log."""
+    project (its config, or its baseline), and of what the user should read in a log."""
 
     def project_loaded(self) -> None: ...
 
@@ -175,11 +176,14 @@ class ProjectSession:
     # Changes and builds ----------------------------------------------------------------------
 
     def file_changed(self, path: Path) -> None:
-        """A save in the editor or a change on disk: reload the config, or rebuild its targets."""
+        """A save in the editor or a change on disk: reload the config, show the baseline's
+        warnings (or its error) again, or rebuild the file's targets."""
         if self.scheduler is None or not self.scheduler.note_change(path):
             return
         if self._is_config(path):
             self.load()
+        elif self.config is not None and same_file(path, baseline_path(self.config.path)):
+            self.listener.project_loaded()  # nothing to build: what is shown compares with it
         else:
             self.scheduler.rebuild_for(path)
 
