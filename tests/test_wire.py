@@ -104,7 +104,14 @@ def test_a_method_s_edge_generation_reads_back_and_an_older_report_reads_without
     recorded = json.loads(text(RECORDED["target_result.built"]))
     assert "edge_generation" not in recorded["methods"]["forward"]
     assert decode(TargetResult, recorded).methods["forward"].edge_generation is None
-    for generation in (EdgeGeneration.regional(6, 4), EdgeGeneration.stock("2 methods", 3, 1)):
+    kept = EdgeGeneration.regional(6, 4, reused=3)
+    assert kept.words == "regional (6 regions from 4 templates, 3 read from the cache)"
+    assert encode(EdgeGeneration.regional(6, 4)) == encode(EdgeGeneration("regional", 6, 4))
+    for generation in (
+        EdgeGeneration.regional(6, 4),
+        EdgeGeneration.stock("2 methods", 3, 1),
+        kept,
+    ):
         document = json.loads(text(recorded))
         document["methods"]["forward"]["edge_generation"] = encode(generation)
         assert decode(TargetResult, document).methods["forward"].edge_generation == generation
@@ -113,6 +120,7 @@ def test_a_method_s_edge_generation_reads_back_and_an_older_report_reads_without
         ({"path": "by region"}, f"{where}.path: "),
         ({"path": "regional", "regions": -1}, f"{where}.regions: expected a count >= 0"),
         ({"path": "stock", "reason": 7}, f"{where}.reason: expected str"),
+        ({"path": "regional", "reused": -2}, f"{where}.reused: expected a count >= 0"),
     ):
         document = json.loads(text(recorded))
         document["methods"]["forward"]["edge_generation"] = wrong

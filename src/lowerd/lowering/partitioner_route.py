@@ -139,7 +139,7 @@ def edge_generation(regional: RegionalEdge, methods: list[str]) -> dict[str, Edg
     generations: dict[str, EdgeGeneration] = {}
     for run in regional.runs:
         if run.stock_because is None:
-            generation = EdgeGeneration.regional(run.regions, run.templates)
+            generation = EdgeGeneration.regional(run.regions, run.templates, run.reused)
         else:
             generation = EdgeGeneration.stock(run.stock_because, run.regions, run.templates)
         for method in run.methods or methods:  # none named: every method

@@ -19,28 +19,32 @@ from lowerd.project.wire import wire_field, wire_shape
 EdgePath = Literal["regional", "stock"]
 
 
-def _count_problem(count: int) -> str | None:
-    return "expected a count >= 0" if count < 0 else None
+def _count_problem(count: int | None) -> str | None:
+    return "expected a count >= 0" if count is not None and count < 0 else None
 
 
 @wire_shape(computed=("words",))
 @dataclass(frozen=True)
 class EdgeGeneration:
     """A method's edge generation: "regional" (R regions, the layers and the rest, made from
-    T templates) or "stock" with `reason`, the gate that refused (the regions and templates
-    found before it refused, 0 when it refused the program before cutting it). `words` is
-    written for readers ("regional (5 regions from 2 templates)", "stock (2 methods)"), never
-    read.
+    T templates, `reused` of them read back from the cache) or "stock" with `reason`, the gate
+    that refused (the regions and templates found before it refused, 0 when it refused the
+    program before cutting it). `words` is written for readers ("regional (5 regions from 2
+    templates, 1 read from the cache)", "stock (2 methods)"), never read.
     """
 
     path: EdgePath
     regions: int = field(default=0, metadata=wire_field(check=_count_problem))
     templates: int = field(default=0, metadata=wire_field(check=_count_problem))
     reason: str | None = field(default=None, metadata=wire_field(omit_none=True))
+    # Of the templates, those read back from the cache (made by an earlier build), not made.
+    reused: int | None = field(
+        default=None, metadata=wire_field(omit_none=True, check=_count_problem)
+    )
 
     @classmethod
-    def regional(cls, regions: int, templates: int) -> EdgeGeneration:
-        return cls("regional", regions, templates)
+    def regional(cls, regions: int, templates: int, reused: int = 0) -> EdgeGeneration:
+        return cls("regional", regions, templates, reused=reused or None)
 
     @classmethod
     def stock(cls, reason: str, regions: int = 0, templates: int = 0) -> EdgeGeneration:
@@ -49,5 +53,6 @@ class EdgeGeneration:
     @property
     def words(self) -> str:
         if self.path == "regional":
-            return f"regional ({self.regions} regions from {self.templates} templates)"
+            kept = f", {self.reused} read from the cache" if self.reused else ""
+            return f"regional ({self.regions} regions from {self.templates} templates{kept})"
         return f"stock ({self.reason})" if self.reason else "stock"
