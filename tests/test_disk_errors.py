@@ -103,20 +103,62 @@ def test_a_pte_path_that_is_a_folder_is_an_error_at_out_dir(project: Project) ->
         project.restore()
 
 
-def test_a_lowerd_folder_that_is_a_file_is_an_error_at_out_dir_every_build(
+def built_without_its_record(project: Project) -> tuple[TargetResult, list[str]]:
+    """A `lowerd build` of the target as the CLI runs it (the record read first, then the build,
+    then the document): its result and the document's warnings."""
+    batch = Batch(project.config, [project.target], use_cache=True)
+    batch.answer_up_to_date()
+    assert batch.stale == [project.target]  # what is there is no record: the target rebuilds
+    project.output.unlink()
+    batch.results[project.target.name] = result = project.build()
+    document, outcome = batch.outcome()
+    assert outcome == "ok", document
+    assert project.output.is_file()  # written, and kept
+    return result, document["warnings"]
+
+
+NOT_WRITTEN = (
+    f"pyproject.toml:{OUT_DIR_LINE}: out_dir: cannot write build record "
+    "build/.lowerd/tiny_linear.msgpack: {reason}; tiny_linear's .pte is written, its next build "
+    "rebuilds"
+)
+
+
+def test_a_build_record_that_is_a_folder_rebuilds_writes_the_pte_and_says_so(
+    project: Project,
+) -> None:
+    """Issue 32 §12: the build said it rebuilds, then failed (exit 1, no .pte)."""
+    record = state_path(project.config, project.target)
+    record.unlink()
+    (record / "inside").mkdir(parents=True)  # not lowerd's to remove
+    try:
+        result, warnings = built_without_its_record(project)
+        assert result.ok and result.sha256 is not None, result.error
+        said = NOT_WRITTEN.format(reason="Is a directory")
+        assert result.warnings == (said,)
+        ignored = "tiny_linear: build record ignored (a folder, not a regular file)"
+        assert warnings == [f"{ignored}; the target rebuilds", said]
+        assert (record / "inside").is_dir()
+    finally:
+        shutil.rmtree(record)
+        project.restore()
+
+
+def test_a_lowerd_folder_that_is_a_file_builds_and_says_so_every_build(
     project: Project,
 ) -> None:
     records = state_path(project.config, project.target).parent
     shutil.rmtree(records)
     records.write_text("not a folder")
     try:
-        for _ in range(2):  # the next build meets the same file: the same error, no traceback
-            failed = project.build()
-            message = "out_dir: cannot write build record build/.lowerd/tiny_linear.msgpack"
-            assert_out_dir_error(failed, f"{message}: File exists")
-            assert not project.output.exists()  # a failed target leaves no .pte (docs/cli.md)
+        for _ in range(2):  # the next build meets the same file: the same line, no traceback
+            result, warnings = built_without_its_record(project)
+            said = NOT_WRITTEN.format(reason="File exists")
+            assert result.ok and result.warnings == (said,), result.error
+            assert warnings[-1] == said
         assert records.read_text() == "not a folder"
     finally:
+        records.unlink()
         project.restore()
 
 

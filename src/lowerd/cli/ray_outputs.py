@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,12 @@ from lowerd.project.build_state import (
     load_state,
     owned_data_files,
     save_state,
+    state_path,
     target_inputs,
     why_not_kept,
 )
 from lowerd.project.config import ProjectConfig, TargetConfig
+from lowerd.project.disk_errors import record_written
 from lowerd.project.rebuild_record import RebuildRecord, record_rebuild
 from lowerd.project.result import TargetResult
 from lowerd.project.wire import decode, decode_as
@@ -93,11 +96,15 @@ def take_payload(
     why = _why_lowered(config, target, earlier, record) if record else None
     _write_outputs(config, target, result, files)
     state = _local_state(config, target, record, started_ns, earlier, why) if record else None
-    if state is None:
-        forget_state(config, target)
-    else:
-        save_state(config, target, state)
-    return result
+
+    def write_record() -> None:
+        if state is None:
+            forget_state(config, target)
+        else:
+            save_state(config, target, state)
+
+    said = record_written(config, target.name, state_path(config, target), write_record)
+    return replace(result, warnings=said or None)
 
 
 def _check_files(

@@ -61,7 +61,7 @@ from lowerd.project.build_state import (
     target_inputs,
 )
 from lowerd.project.config import ProjectConfig, TargetConfig
-from lowerd.project.disk_errors import still_there, writing_in_out_dir
+from lowerd.project.disk_errors import record_written, still_there
 from lowerd.project.errors import LowerdError
 from lowerd.project.library_stamp import LibraryStamp, imported_library_files
 from lowerd.project.loadability import RuntimeCheck
@@ -123,6 +123,7 @@ class _Built:
     written: Written
     memo: Mapping[str, Mapping[str, int]]  # memoized stages besides blobs: {"qparams": counts}
     runtime: RuntimeCheck  # the .pte's needs checked against its runtime
+    warnings: tuple[str, ...] = ()  # TargetResult.warnings: a build record not written
 
     def result(self, remote: RemoteReport | None) -> TargetResult:
         target, written = self.ctx.target, self.written
@@ -145,6 +146,7 @@ class _Built:
             sizes=written.sizes,
             runtime=self.runtime,
             verification=written.verification,
+            warnings=self.warnings or None,
         )
 
 
@@ -211,9 +213,13 @@ def _run(ctx: BuildContext, reuse: bool) -> _Built | _Failed | _Answered:
         runtime = _check_runtime(ctx, loaded, written)
         built = _Built(ctx, loaded, written, _memo(qparams, intx), runtime)
         built = _verified(built, exported, emitted)
-        with writing_in_out_dir(ctx.config, state_path(ctx.config, ctx.target), "build record"):
-            _record(ctx, recorder, exported, decision, built, earlier, trees)
-        return built
+        said = record_written(
+            ctx.config,
+            ctx.target.name,
+            state_path(ctx.config, ctx.target),
+            lambda: _record(ctx, recorder, exported, decision, built, earlier, trees),
+        )
+        return replace(built, warnings=said)
     except LowerdError as error:
         kept = discard_output(ctx.config, ctx.target)
         info = error.info()

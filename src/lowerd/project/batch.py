@@ -80,7 +80,8 @@ class Batch:
         results = [self.results[target.name] for target in self.targets]
         for result in results:
             discard_failed_output(self.config, result)
-        warnings = self.refused + cache_warnings(self.config, self.use_cache, results)
+        said = [line for result in results for line in result.warnings or ()]
+        warnings = self.refused + said + cache_warnings(self.config, self.use_cache, results)
         document = encode(BuildDocument(str(self.config.path), results, warnings))
         # A .pte its runtime would refuse is written, and still a failure of the build; so is
         # one whose verification failed (it runs, but not as eager does).

@@ -10,7 +10,7 @@ instead of a traceback blamed on the entry function.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from lowerd.cache.regular_file import read_regular_file
@@ -38,6 +38,23 @@ def out_dir_error(
     subject = f"{what} {_shown(config, path)}" if what else _shown(config, path)
     message = f"out_dir: cannot {verb} {subject}: {reason}"
     return OutputError(message, config.path, key_line(config, "out_dir"))
+
+
+def record_written(
+    config: ProjectConfig, target: str, record: Path, write: Callable[[], None]
+) -> tuple[str, ...]:
+    """Run `write`, which writes (or removes) the target's build record at `record`; the one
+    line saying what the disk refused (a folder in its place, a file where `.lowerd` goes), if
+    it did. The build stands, its .pte written: only the next build's shortcut is lost, as
+    with no record, so the target does not fail for it."""
+    try:
+        with writing_in_out_dir(config, record, "build record"):
+            write()
+    except OutputError as error:
+        line = error.location.line
+        where = f"{config.path.name}:{line}" if line else config.path.name
+        return (f"{where}: {error.message}; {target}'s .pte is written, its next build rebuilds",)
+    return ()
 
 
 def still_there(config: ProjectConfig, outputs: Sequence[Path]) -> str:

@@ -193,6 +193,9 @@ class TargetResult:
     # or backend it lacks is a load problem at the op's line. None for a failed build and in
     # older records (and then not written).
     runtime: RuntimeCheck | None = field(default=None, metadata=_ONLY_GIVEN)
+    # What a build that stands has to say, a line each: its build record the disk refused (the
+    # .pte is written; the next build rebuilds). Written only then; the CLI says each once.
+    warnings: tuple[str, ...] | None = field(default=None, metadata=_ONLY_GIVEN)
 
     # Named constructors ----------------------------------------------------------------------
 
