@@ -35,7 +35,7 @@ from lowerd.worker.protocol import (
 )
 from lowerd.worker.workers import WorkerPool
 
-from helpers import DEADLINE
+from helpers import DEADLINE, line_marks
 from stock import PROJECTS, sha256, stock_pte
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -111,6 +111,31 @@ async def test_a_hanging_worker_is_stopped_at_its_timeout(pool: WorkerPool, cras
     result, _ = await build(pool, crashy, "hangs", timeout=3.0)
     assert result["error"]["kind"] == "worker-timeout", result
     assert "3 s" in result["error"]["message"]
+
+
+async def test_a_model_nested_past_the_recursion_limit_is_an_error_at_its_entry(
+    pool: WorkerPool, crashy: Path
+) -> None:
+    """Issue 32 §11: 3000 levels of modules, a RecursionError deep in torch.export, said as the
+    model's nesting at the entry that built it (not at one of its 3000 forwards' lines)."""
+    result, _ = await build(pool, crashy, "nested", timeout=DEADLINE)
+    error = result["error"]
+    file, line = line_marks(crashy)["crashy.nested"]
+    assert (error["kind"], error["file"], error["line"]) == ("export-error", file, line), error
+    assert error["message"] == (
+        "torch.export of 'forward' failed: the model is nested 3000 modules deep, and following "
+        "it one call per level passed Python's recursion limit (1000): nest it less deep (its "
+        "layers in an nn.ModuleList, run in a loop)"
+    )
+
+
+async def test_a_nested_model_past_its_timeout_is_a_timeout(pool: WorkerPool, crashy: Path) -> None:
+    """The recursion limit raised, torch.export follows the 3000 levels for minutes: stopped at
+    the timeout, and said as one (the issue saw `worker-crash ... SIGKILL`)."""
+    result, _ = await build(pool, crashy, "nested_past_the_limit", timeout=3.0)
+    error = result["error"]
+    assert (error["kind"], error["file"]) == ("worker-timeout", "models/nets.py"), error
+    assert error["message"] == "the build did not finish within 3 s and was stopped"
 
 
 async def test_a_worker_past_its_memory_limit_ends_alone(pool: WorkerPool, crashy: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import re
+import sys
 import tempfile
 from dataclasses import dataclass
 
@@ -18,6 +19,10 @@ from lowerd.project.source_map import UserFiles
 
 # A disk that refuses a file: full, over quota, read-only, past the file size limit.
 _DISK_REFUSALS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+# Python frames torch.export (non-strict, torch 2.13) runs per level of a chain of modules: a
+# chain past ~110 levels passes the default recursion limit of 1000 (measured).
+_FRAMES_PER_LEVEL = 8
 
 # Advice torch appends to its errors about its own debugging switches: noise next to a file:line.
 _TORCH_HINT = re.compile(
@@ -36,8 +41,20 @@ class Blame:
     # blamed (None until the entry is loaded).
     file: str | None = None
     line: int | None = None
+    # How deep the entry's modules nest (module_tree.nesting), once it is loaded: a recursion
+    # error of a model that deep is its nesting's, said at the entry that built it.
+    nesting: int = 0
 
     def __call__(self, kind: type[LowerdError], error: Exception, doing: str) -> LowerdError:
+        limit = sys.getrecursionlimit()
+        if isinstance(error, RecursionError) and self.nesting * _FRAMES_PER_LEVEL >= limit:
+            return kind(
+                f"{doing}: the model is nested {self.nesting} modules deep, and following it "
+                f"one call per level passed Python's recursion limit ({limit}): nest it less "
+                "deep (its layers in an nn.ModuleList, run in a loop)",
+                self.file,
+                self.line,
+            )
         message = f"{doing}: {summary(error)}"
         source = self.user_files.innermost_in_exception(error)
         if source is not None:

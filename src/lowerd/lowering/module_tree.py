@@ -38,6 +38,20 @@ def module_digests(module: Any) -> dict[str, str]:
     return {path: _module_digest(child, code) for path, child in module.named_modules()}
 
 
+def nesting(module: Any) -> int:
+    """How many levels of submodules lie below `module`, on its deepest path (0: it has no
+    children). Walked level by level, not recursively: the chains it measures are those past
+    Python's recursion limit. A module met again (shared, or its own ancestor) counts once."""
+    seen, level, depth = {id(module)}, [module], 0
+    while True:
+        below = {id(child): child for parent in level for child in parent.children()}
+        level = [child for key, child in below.items() if key not in seen]
+        if not level:
+            return depth
+        seen.update(below)
+        depth += 1
+
+
 def changed_roots(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
     """The paths of the deepest subtrees whose root changed (or is new), none inside another;
     [""] when the root itself did. A removed module changed its parent (its children's names)."""

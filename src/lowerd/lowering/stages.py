@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lowerd.cache.store import BlobStore
 from lowerd.lowering.blame import Blame
 from lowerd.lowering.entry import LoadedEntry
+from lowerd.lowering.module_tree import nesting
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.loadability import ProgramNeeds
 from lowerd.project.method import Method
@@ -128,7 +129,8 @@ class BuildContext:
     def at_entry(self, entry: LoadedEntry) -> BuildContext:
         """The context once the entry is loaded: a failure that passed through none of the
         user's frames is blamed at the entry function."""
-        return replace(self, blame=Blame(self.user_files, entry.file, entry.line))
+        deepest = max(nesting(method.module) for method in entry.methods.values())
+        return replace(self, blame=Blame(self.user_files, entry.file, entry.line, deepest))
 
     def with_recipe(self, recipe: Any) -> BuildContext:
         return replace(self, recipe=recipe)

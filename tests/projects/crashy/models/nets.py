@@ -2,6 +2,7 @@
 
 import os
 import signal
+import sys
 import threading
 
 import torch
@@ -68,3 +69,31 @@ def chatty():
     os.write(1, b"CHATTY-FD1 written to file descriptor 1\n")  # below Python's sys.stdout
     torch.manual_seed(0)
     return _Chatty().eval(), (torch.randn(2, 8),)
+
+
+class _Level(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+def _chain(levels):
+    module = nn.Linear(8, 8)
+    for _ in range(levels):
+        module = _Level(module)
+    return module, (torch.randn(2, 8),)  # no .eval(): train() recurses, 3000 deep
+
+
+def nested():  # LINE-MARK: crashy.nested
+    # torch.export follows it one call per level: past Python's recursion limit at ~110 levels.
+    return _chain(3000)
+
+
+def nested_past_the_limit():
+    # The limit raised: torch.export then follows the chain for many minutes. Build it only with
+    # a timeout.
+    sys.setrecursionlimit(100_000)
+    return _chain(3000)
