@@ -21,6 +21,12 @@ def store(tmp_path: Path) -> BlobStore:
     return BlobStore(tmp_path / "cache")
 
 
+def cold_store(basic_cold: dict[str, Any], name: str, tmp_path: Path) -> BlobStore:
+    """A copy of the cache the session's cold build of `name` left (conftest.py basic_cold): the
+    store a cold build of it in this test would leave, without lowering it again."""
+    return BlobStore(shutil.copytree(basic_cold[name].cache, tmp_path / "cold-cache"))
+
+
 def build(config: ProjectConfig, name: str, store: BlobStore | None) -> TargetResult:
     forget_project_modules(config.root)  # an edited file must be imported afresh
     # reuse=False: these tests are about the blob cache, not about keeping an unchanged .pte.
@@ -51,16 +57,18 @@ def test_cold_and_warm_builds_equal_stock(
     assert pte_digest(cold) == cold.sha256 == expected
     assert (cold.cache.hits, cold.cache.misses) == (0, partitions(cold))
 
-    store = BlobStore(shutil.copytree(basic_cold[name].cache, tmp_path / "cold-cache"))
+    store = cold_store(basic_cold, name, tmp_path)
     warm = build(config, name, store)
     assert pte_digest(warm) == expected
     assert (warm.cache.hits, warm.cache.misses) == (partitions(warm), 0)
     assert all(p.cache == "hit" for r in warm.methods.values() for p in r.partitions)
 
 
-def test_weight_edit_reuses_untouched_partitions(project: Path, store: BlobStore) -> None:
+def test_weight_edit_reuses_untouched_partitions(
+    project: Path, tmp_path: Path, basic_cold: dict[str, Any]
+) -> None:
     config = load_config(project / "pyproject.toml")
-    build(config, "refused", store)
+    store = cold_store(basic_cold, "refused", tmp_path)
     model = project / "models" / "refused.py"
     source = model.read_text()
     # refused = Linear -> pow -> cumsum -> Linear: re-initialise only the last Linear's weights.
@@ -76,9 +84,11 @@ def test_weight_edit_reuses_untouched_partitions(project: Path, store: BlobStore
     assert (result.cache.hits, result.cache.misses) == (1, 1)
 
 
-def test_structural_edit_equals_stock(project: Path, store: BlobStore) -> None:
+def test_structural_edit_equals_stock(
+    project: Path, tmp_path: Path, basic_cold: dict[str, Any]
+) -> None:
     config = load_config(project / "pyproject.toml")
-    build(config, "tiny_linear", store)
+    store = cold_store(basic_cold, "tiny_linear", tmp_path)
     model = project / "models" / "tiny_linear.py"
     model.write_text(
         model.read_text().replace("nn.ReLU()", "nn.ReLU(), nn.Linear(8, 4), nn.Hardtanh()")
@@ -91,10 +101,11 @@ def test_structural_edit_equals_stock(project: Path, store: BlobStore) -> None:
 
 
 def test_corrupt_cache_entry_is_a_miss_and_the_build_still_matches(
-    project: Path, store: BlobStore
+    project: Path, tmp_path: Path, basic_cold: dict[str, Any]
 ) -> None:
     config = load_config(project / "pyproject.toml")
-    first = build(config, "tiny_linear", store)
+    first = basic_cold["tiny_linear"].result
+    store = cold_store(basic_cold, "tiny_linear", tmp_path)
     # The one blob (memo entries, such as XNNPACK's pattern targets, carry a kind suffix).
     [entry] = [p for p in (store.root / "blobs").rglob("*") if p.is_file() and "." not in p.name]
     data = bytearray(entry.read_bytes())
