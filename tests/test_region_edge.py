@@ -78,7 +78,8 @@ def rebuilt_with_layer_0_plain(root: Any, config: Any, store: BlobStore) -> dict
     result = build_target(config, config.targets["llama"], store)
     assert result.status == "ok", result.error
     stock = sha256(stock_pte(root, ENTRY, ["xnnpack"]))
-    return {"sha256": result.sha256, "stock": stock, "cache": result.cache}
+    generation = result.methods["forward"].edge_generation
+    return {"sha256": result.sha256, "stock": stock, "cache": result.cache, "says": generation}
 
 
 def spying(seen: list[RegionalEdge], installed: Any) -> Any:
@@ -109,6 +110,7 @@ def test_a_one_layer_edit_misses_only_the_edited_partition(layers_built: dict[st
     edited = layers_built["edited"]
     assert edited["sha256"] == edited["stock"]
     assert edited["runs"] == [RegionalRun(regions=5, templates=4, stock_because=None, reused=3)]
+    assert edited["says"] == EdgeGeneration.regional(regions=5, templates=4, reused=3)
     assert edited["cache"].misses == 1 and edited["cache"].hits > 1
 
 
@@ -592,10 +594,12 @@ def test_the_result_explain_and_the_editor_name_the_regional_path(
     written = document["methods"][method]["edge_generation"]
     assert written == {"path": "regional", "regions": 5, "templates": 4, "words": regional.words}
     assert decode(TargetResult, document).methods[method].edge_generation == regional
-    # The record is the edited build's (regional too), read back through the record's checks.
+    # The record is the edited build's (regional too, its layer templates read from the
+    # cache), read back through the record's checks.
     [explained] = explain_targets(config, ["llama"]).targets
-    assert explained.edge_generation == {method: regional}
-    assert f"  edge generation of {method}: {regional.words}" in explained.lines
+    edited = EdgeGeneration.regional(regions=5, templates=4, reused=3)
+    assert explained.edge_generation == {method: edited}
+    assert f"  edge generation of {method}: {edited.words}" in explained.lines
     entry = site_of(result.entry, config.root)
     assert entry is not None
     at_entry = result_diagnostics(result, config.root, None, "warning")[entry.path]
