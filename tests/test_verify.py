@@ -47,7 +47,19 @@ def test_a_failing_target_fails_the_command(verified: tuple[Path, Path, Run]) ->
         "broken_pass": "fail",
         "two_methods": "fail",
         "quantized": "fail",
+        "logits": "pass",
     }, run.log
+
+
+def test_an_llms_logits_verify_masked_with_inf(verified: tuple[Path, Path, Run]) -> None:
+    """(64, 32000) floats: the runtime's child, forked from a worker whose eager run started
+    OpenMP, ran them (it hung, issue 32 point 1); -inf on both sides matches (point 3)."""
+    _, _, run = verified
+    verification = result_of(run, "logits").verification
+    assert verification is not None and verification.error is None, run.log
+    [output] = verification.methods["forward"].inputs[0].outputs
+    assert (output.shape, output.mismatched) == ((64, 32000), 0)
+    assert verification.passed
 
 
 def test_a_dynamic_batch_passes_at_its_min_and_max(verified: tuple[Path, Path, Run]) -> None:

@@ -70,3 +70,21 @@ class Running(nn.Module):
 
 def make_running():  # LINE-MARK: running.entry
     return Running().eval(), (torch.rand(2, 4) + 0.5,)
+
+
+class Logits(nn.Module):
+    """An LLM's last step at a real size: (64, 32000) float logits, 8 MiB, the ids past the
+    vocabulary's end masked with -inf as samplers mask them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(16, 32000)
+        self.register_buffer("padding", torch.arange(32000) >= 31900)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(x).masked_fill(self.padding, float("-inf"))
+
+
+def make_logits():
+    torch.manual_seed(4)
+    return Logits().eval(), (torch.randn(64, 16, generator=torch.Generator().manual_seed(5)),)
