@@ -435,6 +435,16 @@ def edit_refused_weights(project: Path) -> None:
     )
 
 
+def forks_of(pid: int) -> list[int]:
+    """pid's children that are forks of it (the same command line): its build workers."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return [int(c) for c in children if Path(f"/proc/{c}/cmdline").read_bytes() == command]
+    except OSError:  # one ended meanwhile: look again
+        return []
+
+
 def interruptible() -> None:
     """A child's preexec_fn: Ctrl-C reaches it as in a terminal, even when the tests themselves
     run with SIGINT ignored (a background job of a non-interactive shell inherits SIG_IGN, and

@@ -31,6 +31,7 @@ from helpers import (
     RUN_DEADLINE,
     TRACEBACK,
     Run,
+    forks_of,
     interruptible,
     line_marks,
     lowerd,
@@ -121,16 +122,6 @@ def test_a_target_that_hangs_is_stopped_at_the_configured_timeout(tmp_path: Path
     source = (root / "models" / "nets.py").read_text().splitlines()
     assert error["file"] == "models/nets.py", run.log
     assert source[error["line"] - 1].startswith("def hangs("), run.log
-
-
-def forks_of(pid: int) -> list[int]:
-    """pid's children that are forks of it (the same command line): its build workers."""
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        return [int(c) for c in children if Path(f"/proc/{c}/cmdline").read_bytes() == command]
-    except OSError:  # one ended meanwhile: look again
-        return []
 
 
 def test_ctrl_c_exits_130_and_takes_the_running_worker_along(tmp_path: Path) -> None:

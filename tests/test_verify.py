@@ -6,20 +6,35 @@ by partition and CPU op, the memo, and a program the runtime rejects."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from lowerd.cli.report_table import format_report
 from lowerd.cli.verify_table import format_verification
+from lowerd.daemon.runtime import process_alive
 from lowerd.lowering.runtime_run import RunRequest, run_on_runtime
 from lowerd.lowering.verify_compare import check_output, tolerance_for
 from lowerd.project.result import TargetResult
 from lowerd.project.verification import Tolerance
 from lowerd.project.wire import decode
 
-from helpers import Run, assert_config_error, line_marks, lowerd, lowerd_without_torch
+from helpers import (
+    RUN_DEADLINE,
+    Run,
+    assert_config_error,
+    forks_of,
+    line_marks,
+    lowerd,
+    lowerd_env,
+    lowerd_without_torch,
+    wait_until,
+)
 from testkit.projects import copy_project
 
 PROJECT = Path(__file__).parent / "projects" / "verify"
@@ -216,6 +231,53 @@ def test_a_verified_program_is_not_run_again(verified: tuple[Path, Path, Run]) -
 def test_a_program_the_runtime_rejects_is_an_error_not_a_crash() -> None:
     run = run_on_runtime(RunRequest(b"not a program" * 10, None, {"forward": [()]}, 0, 0))
     assert run.error is not None and "Failed to load program" in run.error
+
+
+# Profiled until killed: the runtime's child runs while the test kills its worker.
+ENDLESS = """\
+[tool.lowerd]
+backends = ["xnnpack"]
+out_dir = "build"
+verify = true
+verify_runs = 1000000000
+
+[tool.lowerd.targets.clamped]
+entry = "models/nets.py:make"
+"""
+
+
+def test_a_killed_worker_takes_its_runtime_child_along(tmp_path: Path) -> None:
+    """kill -9 of the build worker while its runtime child runs: the child dies with it (it
+    lived on with parent 1, issue 32 point 2) and `lowerd verify` ends with the worker's crash."""
+    root = copy_project(PROJECT, tmp_path / "verify")
+    (root / "pyproject.toml").write_text(ENDLESS)
+    # Files, not pipes: a child left running would hold a pipe open, and the test would wait.
+    with (tmp_path / "out").open("w+") as out, (tmp_path / "err").open("w+") as err:
+        verify = subprocess.Popen(
+            [sys.executable, "-m", "lowerd", "verify", "--json"],
+            cwd=root,
+            env=lowerd_env(tmp_path / "cache"),
+            stdout=out,
+            stderr=err,
+        )
+    worker = child = 0
+    try:
+        # The worker is a fork of the command, the runtime's child a fork of the worker.
+        worker, child = wait_until(
+            lambda: next(((w, c) for w in forks_of(verify.pid) for c in forks_of(w)), None),
+            deadline=RUN_DEADLINE,
+            what="the worker's runtime child",
+        )
+        os.kill(worker, signal.SIGKILL)
+        wait_until(lambda: not process_alive(child), what=f"the runtime child {child} to end")
+        verify.wait(timeout=RUN_DEADLINE)
+    finally:
+        verify.kill()
+        if worker and process_alive(child):  # a failed test leaves no spinning child behind
+            os.killpg(worker, signal.SIGKILL)
+    log = (tmp_path / "out").read_text() + (tmp_path / "err").read_text()
+    assert verify.returncode == 1, log
+    assert "the build worker was killed by SIGKILL" in log, log
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,9 @@ ATen op (the pybindings clone each output; one of 32 Ki elements or more is para
 them for ever (gomp_team_barrier_wait_end). So the child puts ATen on one thread before the
 runtime runs: no op of it enters OpenMP. The runtime's own kernels and delegates use its own
 thread pool, made in the child, so the latency measured is unchanged.
+
+The child dies with its worker (PR_SET_PDEATHSIG): a worker killed with SIGKILL runs no clean-up,
+and its child lived on with parent 1, holding the CLI's stdout open.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from lowerd.lowering.runtime_profile import MethodProfile, method_instructions, profile_of
+from lowerd.project.parent_death import die_with_parent
 
 # A method that has not answered in this long is taken for hung.
 RUN_TIMEOUT_SECONDS = 300.0
@@ -76,7 +80,7 @@ def run_on_runtime(request: RunRequest) -> RuntimeRun:
     """The request run in a forked child; its death or silence is a RuntimeRun with an error."""
     context = multiprocessing.get_context("fork")
     receiving, sending = context.Pipe(duplex=False)
-    child = context.Process(target=_child, args=(request, sending), daemon=True)
+    child = context.Process(target=_child, args=(request, sending, os.getpid()), daemon=True)
     child.start()
     sending.close()
     try:
@@ -100,8 +104,9 @@ def _death(code: int | None) -> str:
     return f"the runtime ended its process (exit code {code})"
 
 
-def _child(request: RunRequest, sending: Any) -> None:
+def _child(request: RunRequest, sending: Any, parent: int) -> None:
     try:
+        die_with_parent(signal.SIGKILL, parent)
         _on_one_thread()
         try:
             run = _run(request)

@@ -36,6 +36,7 @@ from typing import BinaryIO
 import msgpack
 
 from lowerd.project.backends import Backend
+from lowerd.project.parent_death import die_with_parent, set_parent_death_signal
 from lowerd.project.result import ErrorInfo, TargetResult
 from lowerd.project.wire import encode
 from lowerd.worker.frames import write_frame
@@ -61,7 +62,6 @@ from lowerd.worker.protocol import (
 )
 
 MAX_MESSAGE = 64 * 1024
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def main() -> None:
@@ -74,26 +74,17 @@ def main() -> None:
     # Warming up reads no channel, so a daemon gone meanwhile would go unnoticed for seconds:
     # the kernel ends this process with it instead. (The daemon kills a warming fork server when
     # it closes; this covers a daemon that was killed.)
-    _set_parent_death_signal(signal.SIGKILL)
-    if args.parent is not None and os.getppid() != args.parent:
-        raise SystemExit(0)  # it was gone before the signal was set
+    if args.parent is not None:
+        die_with_parent(signal.SIGKILL, args.parent)
+    else:
+        set_parent_death_signal(signal.SIGKILL)
     _log_to_daemon_log()
     warm_up(args.preload.split(",") if args.preload else [])
     _send(channel, ReadyMessage())
     # Serving, it notices the daemon's end on its channel and kills its workers first, which a
     # SIGKILL would leave running.
-    _set_parent_death_signal(0)
+    set_parent_death_signal(0)
     _serve(channel)
-
-
-def _set_parent_death_signal(signum: int) -> None:
-    """prctl(PR_SET_PDEATHSIG): signum is sent to this process when the thread that started it
-    ends (0: none). Linux only; elsewhere the daemon's own close stops a warming fork server."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signum), 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _log_to_daemon_log() -> None:
