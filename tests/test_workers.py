@@ -33,7 +33,7 @@ from lowerd.worker.protocol import (
     parse_fork_server_message,
     parse_fork_server_request,
 )
-from lowerd.worker.workers import WorkerPool
+from lowerd.worker.workers import WorkerPool, exit_message
 
 from helpers import DEADLINE, line_marks
 from stock import PROJECTS, sha256, stock_pte
@@ -136,6 +136,23 @@ async def test_a_nested_model_past_its_timeout_is_a_timeout(pool: WorkerPool, cr
     error = result["error"]
     assert (error["kind"], error["file"]) == ("worker-timeout", "models/nets.py"), error
     assert error["message"] == "the build did not finish within 3 s and was stopped"
+
+
+def test_a_worker_the_kernel_killed_at_its_cpu_time_limit_is_a_timeout() -> None:
+    """The issue's `worker-crash ... killed by SIGKILL at 300 s` was `ulimit -t 300`: the kernel
+    kills a process at its RLIMIT_CPU, which a worker has from its supervisor. A real kill of a
+    spinning process (a one-second limit), read as the supervisor reads its worker's end."""
+    spinner = [sys.executable, "-c", "while True: pass"]
+    pid = os.posix_spawnp("prlimit", ["prlimit", "--cpu=1", *spinner], dict(os.environ))
+    _, status, usage = os.wait4(pid, 0)
+    ended = ExitedMessage.reaped(7, status, usage)
+    assert exit_message(ended, cpu_seconds=1) == (
+        "worker-timeout",
+        "the build worker used its CPU time limit (1 s of CPU, RLIMIT_CPU: `ulimit -t`) and was "
+        "killed by SIGKILL",
+    )
+    # Without such a limit, the same end is a crash, as any kill is.
+    assert exit_message(ended) == ("worker-crash", "the build worker was killed by SIGKILL")
 
 
 async def test_a_worker_past_its_memory_limit_ends_alone(pool: WorkerPool, crashy: Path) -> None:
@@ -311,6 +328,7 @@ def test_the_fork_server_channels_messages_read_back_as_sent() -> None:
         ReadyMessage(),
         StartedMessage(7, 4242),
         ExitedMessage(7, 9),
+        ExitedMessage(8, 9, 1.5),
         PreloadedMessage(2, ("starts_a_thread",), True),
     ]
     for message in messages:
@@ -320,6 +338,7 @@ def test_the_fork_server_channels_messages_read_back_as_sent() -> None:
         {"op": "ready"},
         {"op": "started", "id": 7, "pid": 4242},
         {"op": "exited", "id": 7, "status": 9},
+        {"op": "exited", "id": 8, "status": 9, "cpu_seconds": 1.5},
         {"op": "preloaded", "imported": 2, "cold": ["starts_a_thread"], "tainted": True},
     ]
     assert encode(PreloadRequest(("numpy",))) == {"op": "preload", "modules": ["numpy"]}

@@ -90,7 +90,7 @@ class ForkServer:
         self.warm = False  # it said "ready": from then on it reads its channel
         # Answers awaited, by (op, build id): "started" and "exited" per build, "ready" once.
         self._waiting: dict[tuple[str, int], asyncio.Future[ForkServerMessage]] = {}
-        self._exits: dict[int, int] = {}
+        self._exits: dict[int, ExitedMessage] = {}
         # worker/libraries.py: what it was asked to import, and what the environment was then.
         self.environment = environment_stamp()
         self.preloaded: set[str] = set()
@@ -150,8 +150,8 @@ class ForkServer:
         assert isinstance(answer, StartedMessage)  # what "started" answers
         return answer.pid
 
-    async def exit_status(self, job: WorkerJob, pid: int | None) -> int | None:
-        """The worker's wait() status, as the fork server that reaped it says; None if it says
+    async def exit_status(self, job: WorkerJob, pid: int | None) -> ExitedMessage | None:
+        """How the worker ended, as the fork server that reaped it says; None if it says
         nothing in time."""
         if job.id in self._exits:
             return self._exits.pop(job.id)
@@ -209,7 +209,7 @@ class ForkServer:
                 if isinstance(message, ReadyMessage):
                     self.warm = True
                 elif isinstance(message, ExitedMessage):
-                    self._exits[message.id] = message.status
+                    self._exits[message.id] = message
                 elif isinstance(message, PreloadedMessage):
                     self.cold.update(message.cold)
                     if message.tainted:

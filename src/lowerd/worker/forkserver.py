@@ -297,14 +297,14 @@ def _thread_count() -> int:
 def _reap(channel: socket.socket, running: dict[int, int]) -> None:
     while running:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
         build_id = running.pop(pid, None)
         if build_id is not None:
-            _send(channel, ExitedMessage(build_id, status))
+            _send(channel, ExitedMessage.reaped(build_id, status, usage))
 
 
 def fork_worker(job: WorkerJob, fd: int, inherited: socket.socket | None = None) -> int:

@@ -19,7 +19,7 @@ from lowerd.cache.store import BlobStore
 from lowerd.project.config import ProjectConfig, TargetConfig
 from lowerd.project.result import TargetResult
 from lowerd.worker.kill import kill_worker
-from lowerd.worker.protocol import ProgressEvent, WorkerEvent, WorkerJob
+from lowerd.worker.protocol import ExitedMessage, ProgressEvent, WorkerEvent, WorkerJob
 from lowerd.worker.workers import WorkerPool
 
 # (stage, key, detail): a build's progress, named by its key (cli/build_output.py ProgressLine).
@@ -110,15 +110,15 @@ class LocalForks:
 
         return fork_worker(job, events)
 
-    async def exit_status(self, job: WorkerJob, pid: int | None) -> int | None:
-        """Its wait() status; a worker that lingers past its pipe's end is killed (None)."""
+    async def exit_status(self, job: WorkerJob, pid: int | None) -> ExitedMessage | None:
+        """How it ended; a worker that lingers past its pipe's end is killed (None)."""
         if pid is None:
             return None
         deadline = asyncio.get_running_loop().time() + EXIT_GRACE
         while asyncio.get_running_loop().time() < deadline:
-            ended, status = os.waitpid(pid, os.WNOHANG)
+            ended, status, usage = os.wait4(pid, os.WNOHANG)
             if ended:
-                return status
+                return ExitedMessage.reaped(job.id, status, usage)
             await asyncio.sleep(EXIT_POLL)
         kill_worker(pid)
         os.waitpid(pid, 0)

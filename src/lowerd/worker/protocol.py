@@ -20,6 +20,7 @@ Nothing here imports asyncio or torch: the CLI client reads these frames.
 
 from __future__ import annotations
 
+import resource
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -212,12 +213,19 @@ class StartedMessage:
 @wire_shape(tag="op")
 @dataclass(frozen=True)
 class ExitedMessage:
-    """The worker of build `id` ended: its wait() status (workers.exit_message reads it)."""
+    """The worker of build `id` ended: its wait() status and the CPU seconds it used, as its
+    reaper's wait4() said (workers.exit_message reads them); how a local fork ended, too."""
 
     op: ClassVar[str] = "exited"
 
     id: int
     status: int
+    cpu_seconds: float | None = field(default=None, metadata=wire_field(omit_none=True))
+
+    @classmethod
+    def reaped(cls, build_id: int, status: int, usage: resource.struct_rusage) -> ExitedMessage:
+        """From wait4(): the CPU time is user and system time, as RLIMIT_CPU counts it."""
+        return cls(build_id, status, float(usage.ru_utime + usage.ru_stime))
 
 
 @wire_shape(tag="op")
