@@ -151,6 +151,20 @@ def _build(config: ProjectConfig, name: str, store: BlobStore | None = None) -> 
 
 
 @pytest.fixture(scope="module")
+def built(project: ProjectConfig) -> Callable[[str], TargetResult]:
+    """A target of the module's project built once: the tests that read its result or its build
+    state share the build."""
+    made: dict[str, TargetResult] = {}
+
+    def build(name: str) -> TargetResult:
+        if name not in made:
+            made[name] = _build(project, name)
+        return made[name]
+
+    return build
+
+
+@pytest.fixture(scope="module")
 def stock_digest(project: ProjectConfig) -> Callable[[str], str]:
     """The digest of a STOCK_CALLS call on the module's project, made once: targets share them."""
     made: dict[str, str] = {}
@@ -165,20 +179,22 @@ def stock_digest(project: ProjectConfig) -> Callable[[str], str]:
 
 @pytest.mark.parametrize("name", list(STOCK))
 def test_each_option_is_the_stock_scripts(
-    project: ProjectConfig, stock_digest: Callable[[str], str], name: str
+    built: Callable[[str], TargetResult], stock_digest: Callable[[str], str], name: str
 ) -> None:
-    result = _build(project, name)
+    result = built(name)
     assert result.sha256 == sha256(Path(result.output or "").read_bytes())
     with_option, without = STOCK[name]
     assert result.sha256 == stock_digest(with_option)
     assert result.sha256 != stock_digest(without)  # the option moves bytes
 
 
-def test_keyword_inputs_are_in_the_program_fingerprint(project: ProjectConfig) -> None:
+def test_keyword_inputs_are_in_the_program_fingerprint(
+    project: ProjectConfig, built: Callable[[str], TargetResult]
+) -> None:
     """Keyword and positional inputs make the same graph but other programs: other digests."""
     digests = {}
     for name in ("decoder", "positional"):
-        _build(project, name)
+        built(name)
         state = load_state(project, project.targets[name])
         assert state is not None
         digests[name] = state.method_digests["forward"]
