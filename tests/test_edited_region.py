@@ -27,6 +27,7 @@ from lowerd.lowering.edited_region import _transposes_at_edge
 from lowerd.project.config import load_config
 from lowerd.project.report_model import MethodReport
 
+from helpers import PROJECTS
 from stock import forget_project_modules
 
 QUANTIZE = 'quantize = { scheme = "8da4w", qparams_algorithm = "hqq_scale_only", '
@@ -47,24 +48,11 @@ entry = "models/blocks.py:make"
 export = {{ strict = true, no_grad = true, module_passes = "passes.py:own_passes" }}
 transform_passes = "passes.py:transform_passes"
 """
-PASSES = """from executorch.exir.dialects._ops import ops as exir_ops
-from executorch.exir.pass_base import ExportPass, PassResult
-from executorch.extension.llm.export.export_passes import RemoveRedundantTransposes
-
-
-class RemovePaddingIdxEmbeddingPass(ExportPass):
-    def call(self, graph_module):
-        for node in graph_module.graph.nodes:
-            if node.op == "call_function" and node.target == exir_ops.edge.aten.embedding.default:
-                if len(node.args) == 3:
-                    node.args = (node.args[0], node.args[1])
-        graph_module.recompile()
-        return PassResult(graph_module, True)
-
-
-def module_passes():
-    return [RemoveRedundantTransposes()]
-
+# optimum's passes (tests/projects/optimum/passes.py) and a module pass of the user's own, which
+# the edited region's argument does not cover.
+PASSES = (
+    (PROJECTS / "optimum" / "passes.py").read_text()
+    + """
 
 def unchanged(graph):
     return graph
@@ -72,11 +60,8 @@ def unchanged(graph):
 
 def own_passes():
     return [unchanged]
-
-
-def transform_passes():
-    return [RemovePaddingIdxEmbeddingPass()]
 """
+)
 # Three blocks of two divisible linears (quantized 8da4w); the middle one's activation is a
 # running sum, which XNNPACK refuses. The embedding's padding_idx is what optimum's pass drops.
 MODEL = """import torch
