@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from torchgen.selective_build.selector import SelectiveBuilder
 
 from lowerd.cli.main import main
 from lowerd.cli.report_table import format_report
+from lowerd.cli.verify_table import format_verification
 from lowerd.daemon.diagnostics import result_diagnostics
 from lowerd.lowering.build import build_target
 from lowerd.lowering.loadability import needs_of_file
@@ -104,6 +106,29 @@ def test_a_build_that_would_not_load_fails(project: Path, built: dict[str, Targe
         batch = Batch(config, [config.targets[name]], use_cache=True, results={name: built[name]})
         assert batch.outcome()[1] == outcome
         assert Path(built[name].output or "").is_file()  # written all the same
+
+
+def test_verify_fails_a_program_its_declared_runtime_cannot_load(
+    project: Path, tmp_path: Path
+) -> None:
+    """`lowerd verify` of the device target: not this host's PASS (its runtime has cumsum) but
+    an error at the cumsum line, in the table and in --json (issue 32 point 4). Built into a
+    folder of its own, so the module's builds and records stay as they were."""
+    config = load_config(project / "pyproject.toml").with_verify(["device"])
+    config = replace(config, out_dir=tmp_path)
+    result = build_target(config, config.targets["device"], None)
+    assert result.verification is not None
+    document = {"targets": [json.loads(json.dumps(encode(result)))]}
+    verification = document["targets"][0]["verification"]
+    assert verification["verdict"] == "error", verification
+    file, line = line_marks(project)["scan.cumsum"]
+    missing = f"{file}:{line}: {CUMSUM} is not in the op list device_ops.yaml"
+    assert missing in verification["error"]
+    shown = format_verification(document)
+    assert shown.startswith("device: ERROR  (the op list device_ops.yaml, "), shown
+    assert f"\n  {missing}: the method cannot load (OperatorMissing)\n" in shown, shown
+    batch = Batch(config, [config.targets["device"]], use_cache=True, results={"device": result})
+    assert batch.outcome()[1] == "target_failed"
 
 
 def test_oplist_is_gen_oplists_and_declares_a_runtime_that_loads(

@@ -95,7 +95,7 @@ def _heading(name: str, verification: Verification) -> str:
     heading = f"{name}: {verification.verdict.upper()}  ({verification.runtime}, "
     heading += f"against {verification.reference}{reused})"
     if verification.error:
-        heading += f"\n  {verification.error}"
+        heading += "".join(f"\n  {line}" for line in verification.error.splitlines())
     return heading
 
 

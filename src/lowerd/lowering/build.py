@@ -46,7 +46,7 @@ from lowerd.lowering.stages import (
     Written,
 )
 from lowerd.lowering.token_keep import keep_same_source
-from lowerd.lowering.verify import verify_written
+from lowerd.lowering.verify import refused_by_runtime, verify_written
 from lowerd.lowering.verify_reference import eager_reference
 from lowerd.project.build_state import (
     FileStamp,
@@ -256,6 +256,10 @@ def _verified(built: _Built, exported: Exported, emitted: Emitted | None) -> _Bu
         return built
     if ctx.on_built is not None:
         ctx.on_built(built.result(remote=None))
+    # A runtime declared ([runtime]) that would refuse it: no run on this host's stands in. (On
+    # this host's own, the run below gives the runtime's own words.)
+    if ctx.target.runtime.declared and not built.runtime.loads:
+        return replace(built, written=refused_by_runtime(ctx, built.written, built.runtime))
     if emitted is not None:
         ctx = replace(ctx, reference=replace(ctx.reference, programs=exported.programs))
     return replace(built, written=verify_written(ctx, built.written, emitted))

@@ -30,6 +30,7 @@ from lowerd.lowering.stages import BuildContext, Emitted, Written
 from lowerd.lowering.verify_compare import check_case, tolerance_for
 from lowerd.lowering.verify_reference import Reference, float_program
 from lowerd.project.build_state import tool_versions
+from lowerd.project.loadability import RuntimeCheck
 from lowerd.project.verification import (
     Divergence,
     Latency,
@@ -70,6 +71,21 @@ def verify_written(ctx: BuildContext, written: Written, emitted: Emitted | None)
     return replace(written, verification=verification)
 
 
+def refused_by_runtime(ctx: BuildContext, written: Written, check: RuntimeCheck) -> Written:
+    """The written program's verification when the runtime the target declares cannot load it:
+    an error naming each kernel or backend it lacks at its line, as the build report does. It
+    is not run: this host's runtime, which has what the declared one lacks, would pass it."""
+    assert ctx.reference is not None
+    against = _against(ctx.reference)
+    problems = (
+        f"{problem.file}:{problem.line}: {problem.message}" if problem.file else problem.message
+        for problem in check.problems
+    )
+    error = "\n".join(["the program does not load on it:", *problems])
+    verification = Verification.failed(check.runtime, against, error, 0.0, written.sha256)
+    return replace(written, verification=verification)
+
+
 def verify_program(
     ctx: BuildContext, pte: bytes, ptd: bytes | None, edge: Any = None
 ) -> Verification:
@@ -103,7 +119,7 @@ def verify_program(
 def _verification(
     reference: Reference, settings: VerifySettings, run: RuntimeRun, seconds: float, program: str
 ) -> Verification:
-    against = "the float model" if reference.quantized else "eager"
+    against = _against(reference)
     if run.error is not None:
         return Verification.failed(runtime_name(), against, run.error, seconds, program)
     methods = {}
@@ -121,6 +137,10 @@ def _verification(
             verdict, tolerance, checks, latency=_latency(run, name, settings)
         )
     return Verification.of(runtime_name(), against, methods, seconds, program)
+
+
+def _against(reference: Reference) -> str:
+    return "the float model" if reference.quantized else "eager"
 
 
 def _localized(
