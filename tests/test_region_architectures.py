@@ -17,8 +17,8 @@ import pytest
 from lowerd.lowering.region_edge import RegionalRun, program_regions
 
 from architectures import exported
+from regional import regional_and_stock, replay_metadata
 from stock import sha256
-from test_region_edge import regional_and_stock, replay_metadata
 
 # Two layers of one structure and the rest: 3 regions from 2 templates.
 BY_REGION = ("gpt2", "phi", "qwen2")
@@ -38,7 +38,7 @@ def expected(name: str) -> RegionalRun:
 
 
 # Lowered twice each (stock, regional): the break and one learned-position decoder, as the
-# suite's time allows; phi and qwen2 (rotary, as Llama in test_region_edge.py) gave stock's bytes
+# suite's time allows; phi and qwen2 (rotary, as Llama in test_region_layers.py) gave stock's bytes
 # by region too when this was written, and below are checked to take the regional path.
 LOWERED = ("opt", "gpt2")
 

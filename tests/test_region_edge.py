@@ -1,13 +1,13 @@
 """Regional edge generation (lowering/region_edge.py) gives the stock script's bytes, and
-ExecuTorch's own edge generation runs wherever a gate does not hold.
+ExecuTorch's own edge generation runs wherever a gate does not hold: small layer stacks and the
+gates' cases. tests/test_region_layers.py builds a project by region, tests/test_region_flows.py
+lowers what LLM exports carry (KV caches, dynamic shapes, 8da4w, custom SDPA).
 
-Stock here is tests/stock.py: a plain ExecuTorch run with nothing of lowerd's installed.
+Stock here is a plain ExecuTorch run with nothing of lowerd's installed (tests/regional.py).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,13 +16,9 @@ from executorch.exir.pass_base import ExportPass, PassResult
 from torch import nn
 
 from lowerd.cache.store import BlobStore
-from lowerd.daemon.diagnostics import result_diagnostics, site_of
 from lowerd.lowering import edge_speedups, template_store
-from lowerd.lowering.build import build_target
 from lowerd.lowering.edge_speedups import EdgeSpeedups
 from lowerd.lowering.region_edge import (
-    CUSTOM_OPS,
-    QDQ_OPS,
     RegionalEdge,
     RegionalRun,
     program_regions,
@@ -30,156 +26,17 @@ from lowerd.lowering.region_edge import (
 )
 from lowerd.lowering.region_passes import why_passes
 from lowerd.lowering.template_store import TemplateStore
-from lowerd.project.config import load_config
-from lowerd.project.edge_generation import EdgeGeneration
-from lowerd.project.explain import explain_targets
-from lowerd.project.result import TargetResult
-from lowerd.project.wire import decode, encode
 
-from helpers import PROJECTS
-from stock import call_entry, forget_project_modules, importable_copy, sha256, stock_pte
-
-ENTRY = "models/llama.py:make"
-
-
-@pytest.fixture(scope="module")
-def layers_built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """tests/projects/layers built by lowerd: the .pte's digest, the stock script's, and what
-    regional edge generation did."""
-    folder = tmp_path_factory.mktemp("region-edge")
-    with importable_copy(PROJECTS / "layers", folder / "layers") as root:
-        seen: list[RegionalEdge] = []
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(RegionalEdge, "installed", spying(seen, RegionalEdge.installed))
-            config = load_config(root / "pyproject.toml")
-            forget_project_modules(root)
-            result = build_target(config, config.targets["llama"], BlobStore(folder / "cache"))
-            assert result.status == "ok", result.error
-            stock = sha256(stock_pte(root, ENTRY, ["xnnpack"]))
-            edited = rebuilt_with_layer_0_plain(root, config, BlobStore(folder / "cache"))
-        [regional, again] = seen
-        edited["runs"] = again.runs
-        return {
-            **{"sha256": result.sha256, "stock": stock, "runs": regional.runs, "edited": edited},
-            **{"result": result, "config": config},
-        }
-
-
-def rebuilt_with_layer_0_plain(root: Any, config: Any, store: BlobStore) -> dict[str, Any]:
-    """Layer 0's activation back to SiLU, rebuilt with the first build's cache: layer 0 becomes
-    the plain layers' template (layer 1 its copy) and layer 3 its own GELU template, so every
-    unedited layer is made from another template than before."""
-    model = root / "models" / "llama.py"
-    source = model.read_text()
-    gelu = "    layers[0].mlp.act_fn = nn.GELU()\n"
-    assert gelu in source
-    model.write_text(source.replace(gelu, ""))
-    forget_project_modules(root)
-    result = build_target(config, config.targets["llama"], store)
-    assert result.status == "ok", result.error
-    stock = sha256(stock_pte(root, ENTRY, ["xnnpack"]))
-    generation = result.methods["forward"].edge_generation
-    return {"sha256": result.sha256, "stock": stock, "cache": result.cache, "says": generation}
-
-
-def spying(seen: list[RegionalEdge], installed: Any) -> Any:
-    def spied(self: RegionalEdge) -> Any:
-        seen.append(self)
-        return installed(self)
-
-    return spied
-
-
-def test_edits_at_first_middle_last_layer_weights_and_a_refused_op_give_stock_s_bytes(
-    layers_built: dict[str, Any],
-) -> None:
-    """Layers 0 and 3 (GELU; 3's weights scaled) share one template, layer 1 (the plain
-    structure) and layer 2 (cumsum: XNNPACK refuses it, its partitions split) each their own, and
-    the rest its own: the .pte is the stock script's."""
-    assert layers_built["sha256"] == layers_built["stock"]
-    assert layers_built["runs"] == [RegionalRun(regions=5, templates=4, stock_because=None)]
-
-
-def test_a_one_layer_edit_misses_only_the_edited_partition(layers_built: dict[str, Any]) -> None:
-    """Each copied layer's weight placeholders describe its own weights (their `desc`, in the
-    partition key), not its template's: after an edit that changes every layer's template, only
-    the partition holding layer 0's activation is preprocessed again. The three layer templates
-    are read back from the first build's store (template_store.py), each for another layer than
-    it was made of (the plain one made of layer 1 serves layer 0, the GELU one made of layer 0
-    serves layer 3); the rest is generated again (its edge nodes take values its inputs carry)."""
-    edited = layers_built["edited"]
-    assert edited["sha256"] == edited["stock"]
-    assert edited["runs"] == [RegionalRun(regions=5, templates=4, stock_because=None, reused=3)]
-    assert edited["says"] == EdgeGeneration.regional(regions=5, templates=4, reused=3)
-    assert edited["cache"].misses == 1 and edited["cache"].hits > 1
-
-
-class Stack(nn.Module):
-    def __init__(self, layer: type[nn.Module], count: int = 3) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(layer() for _ in range(count))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
-            x = layer(x)
-        return x
-
-
-class Plain(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(8, 8)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.linear(x))
-
-
-def exported(model: nn.Module, **options: Any) -> Any:
-    torch.manual_seed(0)
-    return torch.export.export(model.eval(), (torch.randn(4, 8),), **options)
-
-
-def regional_and_stock(
-    program: Any, options: Callable[[], dict[str, Any]] = dict, edges: list[Any] | None = None
-) -> tuple[bytes, bytes, list[RegionalRun]]:
-    """The program lowered with XNNPACK by ExecuTorch as it is, and again with regional edge
-    generation installed inside the replay skipping (as lowerd installs them, given the same
-    transform passes); `options` makes to_edge_transform_and_lower's other arguments afresh for
-    each (it adds to the config); `edges` gets the regional lowering's manager."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
-    def lowered(options: dict[str, Any]) -> bytes:
-        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()], **options)
-        if edges is not None:
-            edges.append(edge)
-        return bytes(edge.to_executorch().buffer)
-
-    stock = lowered(options())
-    mine_options = options()
-    regional = RegionalEdge(mine_options.get("transform_passes"))
-    with EdgeSpeedups(None).installed(), regional.installed():
-        mine = lowered(mine_options)
-    return stock, mine, regional.runs
-
-
-def replay_metadata(manager: Any) -> list[Any]:
-    """Per node of an edge manager's program and of its delegates' programs, the metadata that
-    strict export adds and the replays copy from node to node (and onto a weight placeholder
-    from its last user): neither reaches the bytes, and partition_key.py keys both."""
-    module = manager.exported_program().graph_module
-    lowered = [getattr(module, str(n.target)) for n in module.graph.nodes if n.op == "get_attr"]
-    graphs = [module.graph, *(each.original_module.graph for each in lowered)]
-    return [
-        (
-            node.name,
-            node.meta.get("source_fn_stack"),
-            node.meta.get("torch_fn"),
-            node.meta.get("example_value", "none") is node.meta.get("val"),
-        )
-        for graph in graphs
-        for node in graph.nodes
-    ]
+from regional import (
+    CONSTANT_METHODS,
+    Plain,
+    Stack,
+    exported,
+    optimum_passes,
+    regional_and_stock,
+    replay_metadata,
+)
+from stock import sha256
 
 
 def test_a_corrupt_stored_template_is_a_miss_and_stock_s_bytes(tmp_path: Any) -> None:
@@ -246,10 +103,6 @@ def test_a_weight_several_layers_read_has_stock_s_metadata() -> None:
     assert replay_metadata(edges[1]) == replay_metadata(edges[0])
 
 
-# Part of optimum's save_config_to_constant_methods (get_head_dim is a float).
-CONSTANT_METHODS = {"get_max_seq_len": 64, "use_kv_cache": True, "get_head_dim": 16.0}
-
-
 def test_constant_methods_with_an_etrecord_run_stock() -> None:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import EdgeCompileConfig
@@ -283,12 +136,6 @@ class Embedded(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.layers(self.embed(tokens))
-
-
-def optimum_passes() -> Any:
-    """The optimum project's transform passes (tests/projects/optimum/passes.py), as its
-    recipe's written out."""
-    return call_entry(PROJECTS / "optimum", "passes.py:transform_passes")
 
 
 def test_optimum_s_program_level_settings_are_generated_by_region() -> None:
@@ -354,45 +201,6 @@ def test_each_method_is_generated_on_its_own() -> None:
         RegionalRun(3, 1, None, ("prefill",)),
         RegionalRun(3, 1, None, ("decode",)),
         RegionalRun(0, 0, "no two layers of one structure", ("token_embedding",)),
-    ]
-
-
-class Cached(nn.Module):
-    """A layer with its own caches written in place (as ExecuTorch's llama KVCache or
-    transformers' StaticCache, by index_copy_), and a step counter whose write nothing reads.
-    Written in another order than registered (the value cache first, the counter last), so
-    the BUFFER_MUTATION outputs' order (by placeholder) is not the order of the writes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(8, 8)
-        self.register_buffer("steps", torch.zeros(1))
-        self.register_buffer("k_cache", torch.zeros(6, 8), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(6, 8))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        k = self.linear(x)
-        positions = torch.arange(4)  # as a KV cache's input_pos
-        self.v_cache.index_copy_(0, positions, k * 2)
-        self.k_cache.index_copy_(0, positions, k)
-        self.steps.add_(1)
-        return torch.relu(k @ self.k_cache.t() @ self.v_cache)
-
-
-def test_layers_writing_their_own_caches_are_generated_by_region() -> None:
-    """Each layer's cut holds its caches as buffer inputs with their writes; the assembly makes
-    the BUFFER_MUTATION outputs in the order of the buffers' placeholders, as stock's
-    functionalizing replay does (by the order of the writes, the bytes differ)."""
-    torch.manual_seed(0)
-    with torch.no_grad():  # as ExecuTorch's exports: a cache written from grad is refused
-        program = torch.export.export(Stack(Cached).eval(), (torch.randn(4, 8),))
-    edges: list[Any] = []
-    stock, mine, runs = regional_and_stock(program, edges=edges)
-    assert sha256(mine) == sha256(stock)
-    assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
-    outputs = edges[-1].exported_program().graph_signature.output_specs
-    assert [spec.target for spec in outputs if spec.kind.name == "BUFFER_MUTATION"] == [
-        f"layers.{i}.{name}" for i in range(3) for name in ("steps", "k_cache", "v_cache")
     ]
 
 
@@ -512,20 +320,6 @@ def test_layers_of_no_common_structure_run_stock(model: Any) -> None:
     assert program_regions(exported(model())) == (None, "no two layers of one structure")
 
 
-def test_a_dynamic_sequence_is_generated_by_region() -> None:
-    """A Llama with a dynamic sequence length (backed `s0`): the rest binds it once after the
-    placeholders and every layer reads that binding; each layer template reads it as its cut's
-    first user input. The .pte (upper-bound sizes, the sym_size ops outside the delegates) is
-    the stock script's."""
-    from architectures import dynamic_llama
-
-    program = dynamic_llama()
-    assert program.range_constraints  # dynamic indeed
-    stock, mine, runs = regional_and_stock(program)
-    assert sha256(mine) == sha256(stock)
-    assert runs == [RegionalRun(regions=3, templates=2, stock_because=None)]
-
-
 class Counts(nn.Module):
     """Layers over as many rows as a tensor says: `.item()` makes an unbacked symbol."""
 
@@ -581,51 +375,6 @@ def test_other_versions_run_stock(monkeypatch: pytest.MonkeyPatch) -> None:
         assert _program._gen_edge_manager_for_partitioners is stock
 
 
-def test_the_result_explain_and_the_editor_name_the_regional_path(
-    layers_built: dict[str, Any],
-) -> None:
-    """What ran is in the build's result (`--json`, the build record), `lowerd explain`'s lines
-    and the coverage diagnostic at the entry, not only in the daemon's debug log."""
-    result, config = layers_built["result"], layers_built["config"]
-    regional = EdgeGeneration.regional(regions=5, templates=4)
-    [(method, report)] = result.methods.items()
-    assert report.edge_generation == regional
-    document = json.loads(json.dumps(encode(result)))  # as `--json` prints it
-    written = document["methods"][method]["edge_generation"]
-    assert written == {"path": "regional", "regions": 5, "templates": 4, "words": regional.words}
-    assert decode(TargetResult, document).methods[method].edge_generation == regional
-    # The record is the edited build's (regional too, its layer templates read from the
-    # cache), read back through the record's checks.
-    [explained] = explain_targets(config, ["llama"]).targets
-    edited = EdgeGeneration.regional(regions=5, templates=4, reused=3)
-    assert explained.edge_generation == {method: edited}
-    assert f"  edge generation of {method}: {edited.words}" in explained.lines
-    entry = site_of(result.entry, config.root)
-    assert entry is not None
-    at_entry = result_diagnostics(result, config.root, None, "warning")[entry.path]
-    [coverage] = [
-        d for d in at_entry if d.code == "coverage" and d.range.start.line + 1 == entry.line
-    ]
-    assert f"edge generation: {regional.words}" in coverage.message
-
-
-def test_8da4w_linears_are_generated_by_region() -> None:
-    """tests/projects/torchaoquant's three Llama MLP blocks and head, quantized as optimum's
-    recipe does (8da4w, hqq, linear_divisible) and exported non-strict: torchao's
-    choose_qparams/quantize/dequantize affine ops around each linear, the head's chain reading
-    the last layer's output. The .pte is the stock script's, by region."""
-    from testkit.stock_recipe import optimum_quantize_model
-
-    model, example = call_entry(PROJECTS / "torchaoquant", "models/linears.py:make_layers")
-    optimum_quantize_model(model, "8da4w")
-    with torch.no_grad():
-        program = torch.export.export(model, example, strict=False)
-    assert any(str(node.target) in QDQ_OPS for node in program.graph.nodes)
-    stock, mine, runs = regional_and_stock(program)
-    assert sha256(mine) == sha256(stock)
-    assert runs == [RegionalRun(regions=4, templates=2, stock_because=None)]
-
-
 class Requantized(nn.Module):
     """A layer that hands the next one its output quantized and dequantized (its q/dq chain
     ends in the next layer's linear), or calls a torchao or llama op the argument does not cover."""
@@ -648,31 +397,6 @@ class Requantized(nn.Module):
             return torch.ops.llama.fast_hadamard_transform(y)
         q = torch.ops.torchao.quantize_affine_float8_non_decomposed(y, scale, torch.float8_e4m3fn)
         return torch.ops.torchao.dequantize_affine_float8_non_decomposed(q, scale, torch.float32)
-
-
-class Attention(nn.Module):
-    """Attention by ExecuTorch's custom_sdpa (optimum's recipe's), start_pos a constant."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.qkv = nn.ModuleList(nn.Linear(32, 32) for _ in range(3))
-        self.out = nn.Linear(32, 32)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = (linear(x).view(1, 4, 2, 16) for linear in self.qkv)
-        y = torch.ops.llama.custom_sdpa(q, k, v, 0, None, 0.0, True)
-        return x + self.out(y.reshape(1, 4, 32))
-
-
-def test_custom_sdpa_with_a_constant_start_pos_is_generated_by_region() -> None:
-    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 (registers llama's ops)
-
-    torch.manual_seed(0)
-    program = torch.export.export(Stack(Attention).eval(), (torch.randn(1, 4, 32),))
-    assert any(str(node.target) in CUSTOM_OPS for node in program.graph.nodes)
-    stock, mine, runs = regional_and_stock(program)
-    assert sha256(mine) == sha256(stock)
-    assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lowerd.lowering.region_edge import RegionalRun
+from lowerd.lowering.region_edge import RegionalRun, program_regions
 
+from regional import Stack, regional_and_stock
 from stock import sha256
-from test_region_edge import Stack, program_regions, regional_and_stock
 
 
 class Caching(nn.Module):

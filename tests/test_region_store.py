@@ -21,8 +21,8 @@ from lowerd.lowering.region_edge import RegionalEdge, RegionalRun
 from lowerd.lowering.template_store import TemplateStore
 
 from helpers import PROJECTS
+from regional import Plain, Stack, exported, regional_and_stock, replay_metadata
 from stock import importable_copy, sha256
-from test_region_edge import Plain, Stack, exported, regional_and_stock, replay_metadata
 
 EXAMPLES = PROJECTS.parents[1] / "examples"
 

@@ -263,21 +263,22 @@ Gates (each checked; any other case runs ExecuTorch's own function):
   template's edge program (its placeholders may carry example_value: checked after it is made:
   NotLocal);
 - regions contiguous, and at least two layers of one structure (otherwise no gain).
-tests/test_region_edge.py compares the bytes with the stock script's for a Llama edited at the
-first, a middle and the last layer, with scaled weights and an op XNNPACK refuses; for tiny
-stacks with optimum's constant methods, EdgeCompileConfig and transform pass, with three
-methods, and with per-layer caches written in place; for a stack quantized 8da4w as optimum's
-recipe does; for attention layers calling custom_sdpa; for a strict export whose layers read one
-tied weight (metadata as stock's); for a Llama with a dynamic sequence length; and checks that
-the gates fall back (a q/dq chain across layers, a torchao op and a llama op not argued; a
-buffer read by another layer, written by two, written in the rest, written through a view;
-unbacked symbols). tests/test_region_architectures.py compares the
-bytes and the path across transformers architectures (tests/architectures.py: OPT, GPT-2, Phi,
-Qwen2, Gemma, BERT), and Llama and GPT-2 exported strict under no_grad (bytes and the replays'
-metadata as stock's); tests/test_region_store.py transformers' static cache exported strict
-(its weights renamed and reordered by the replays); tests/test_region_llm.py layers updating
-their own KV caches with llama.update_cache; tests/test_intx_memo.py an 8da4w project built
-cold and rebuilt from the intx memo.
+tests/test_region_layers.py compares the bytes with the stock script's for a Llama edited at the
+first, a middle and the last layer, with scaled weights and an op XNNPACK refuses;
+tests/test_region_flows.py for per-layer caches written in place, a stack quantized 8da4w as
+optimum's recipe does, attention layers calling custom_sdpa and a Llama with a dynamic sequence
+length; tests/test_region_edge.py for tiny stacks with optimum's constant methods,
+EdgeCompileConfig and transform pass, with three methods, for a strict export whose layers read
+one tied weight (metadata as stock's), and checks that the gates fall back (a q/dq chain across
+layers, a torchao op and a llama op not argued; a buffer read by another layer, written by two,
+written in the rest, written through a view; unbacked symbols).
+tests/test_region_architectures.py compares the bytes and the path across transformers
+architectures (tests/architectures.py: OPT, GPT-2, Phi, Qwen2, Gemma, BERT), and Llama and GPT-2
+exported strict under no_grad (bytes and the replays' metadata as stock's);
+tests/test_region_store.py transformers' static cache exported strict (its weights renamed and
+reordered by the replays); tests/test_region_llm.py layers updating their own KV caches with
+llama.update_cache; tests/test_intx_memo.py an 8da4w project built cold and rebuilt from the
+intx memo.
 """
 
 from __future__ import annotations

@@ -1,0 +1,107 @@
+"""What the regional edge generation tests share (tests/test_region_*.py): small layer stacks, the
+lowering of a program by stock ExecuTorch and by region side by side, and the metadata the replays
+copy.
+
+Stock here is a plain ExecuTorch run with nothing of lowerd's installed (as tests/stock.py's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from lowerd.lowering.edge_speedups import EdgeSpeedups
+from lowerd.lowering.region_edge import RegionalEdge, RegionalRun
+
+from helpers import PROJECTS
+from stock import call_entry
+
+# Part of optimum's save_config_to_constant_methods (get_head_dim is a float).
+CONSTANT_METHODS = {"get_max_seq_len": 64, "use_kv_cache": True, "get_head_dim": 16.0}
+
+
+class Stack(nn.Module):
+    def __init__(self, layer: type[nn.Module], count: int = 3) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layer() for _ in range(count))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class Plain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x))
+
+
+def exported(model: nn.Module, **options: Any) -> Any:
+    torch.manual_seed(0)
+    return torch.export.export(model.eval(), (torch.randn(4, 8),), **options)
+
+
+def regional_and_stock(
+    program: Any, options: Callable[[], dict[str, Any]] = dict, edges: list[Any] | None = None
+) -> tuple[bytes, bytes, list[RegionalRun]]:
+    """The program lowered with XNNPACK by ExecuTorch as it is, and again with regional edge
+    generation installed inside the replay skipping (as lowerd installs them, given the same
+    transform passes); `options` makes to_edge_transform_and_lower's other arguments afresh for
+    each (it adds to the config); `edges` gets the regional lowering's manager."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    def lowered(options: dict[str, Any]) -> bytes:
+        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()], **options)
+        if edges is not None:
+            edges.append(edge)
+        return bytes(edge.to_executorch().buffer)
+
+    stock = lowered(options())
+    mine_options = options()
+    regional = RegionalEdge(mine_options.get("transform_passes"))
+    with EdgeSpeedups(None).installed(), regional.installed():
+        mine = lowered(mine_options)
+    return stock, mine, regional.runs
+
+
+def replay_metadata(manager: Any) -> list[Any]:
+    """Per node of an edge manager's program and of its delegates' programs, the metadata that
+    strict export adds and the replays copy from node to node (and onto a weight placeholder
+    from its last user): neither reaches the bytes, and partition_key.py keys both."""
+    module = manager.exported_program().graph_module
+    lowered = [getattr(module, str(n.target)) for n in module.graph.nodes if n.op == "get_attr"]
+    graphs = [module.graph, *(each.original_module.graph for each in lowered)]
+    return [
+        (
+            node.name,
+            node.meta.get("source_fn_stack"),
+            node.meta.get("torch_fn"),
+            node.meta.get("example_value", "none") is node.meta.get("val"),
+        )
+        for graph in graphs
+        for node in graph.nodes
+    ]
+
+
+def spying(seen: list[RegionalEdge], installed: Any) -> Any:
+    """RegionalEdge.installed that first appends the RegionalEdge to `seen`."""
+
+    def spied(self: RegionalEdge) -> Any:
+        seen.append(self)
+        return installed(self)
+
+    return spied
+
+
+def optimum_passes() -> Any:
+    """The optimum project's transform passes (tests/projects/optimum/passes.py), as its
+    recipe's written out."""
+    return call_entry(PROJECTS / "optimum", "passes.py:transform_passes")
