@@ -49,12 +49,17 @@ def exported(model: nn.Module, **options: Any) -> Any:
 
 
 def regional_and_stock(
-    program: Any, options: Callable[[], dict[str, Any]] = dict, edges: list[Any] | None = None
+    program: Any,
+    options: Callable[[], dict[str, Any]] = dict,
+    edges: list[Any] | None = None,
+    again: Callable[[], Any] | None = None,
 ) -> tuple[bytes, bytes, list[RegionalRun]]:
     """The program lowered with XNNPACK by ExecuTorch as it is, and again with regional edge
     generation installed inside the replay skipping (as lowerd installs them, given the same
     transform passes); `options` makes to_edge_transform_and_lower's other arguments afresh for
-    each (it adds to the config); `edges` gets the regional lowering's manager."""
+    each (it adds to the config); `edges` gets the regional lowering's manager; `again`, if
+    given, exports the program afresh for the regional lowering (as lowerd lowers a program of
+    its own export)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
@@ -67,6 +72,8 @@ def regional_and_stock(
     stock = lowered(options())
     mine_options = options()
     regional = RegionalEdge(mine_options.get("transform_passes"))
+    if again is not None:
+        program = again()
     with EdgeSpeedups(None).installed(), regional.installed():
         mine = lowered(mine_options)
     return stock, mine, regional.runs

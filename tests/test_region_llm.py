@@ -4,6 +4,9 @@ the argument does not cover."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -25,19 +28,24 @@ class Caching(nn.Module):
         self.register_buffer("v_cache", torch.zeros(1, 8, 2, 16))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attend(x, lambda: 0)
+
+    def attend(self, x: torch.Tensor, start_pos: Callable[[], Any]) -> torch.Tensor:
+        """The caches written at `start_pos()`, read by custom_sdpa at `start_pos()` again."""
         q, k, v = (linear(x).view(1, 4, 2, 16) for linear in self.qkv)
-        torch.ops.llama.update_cache(k, self.k_cache, 0)
-        torch.ops.llama.update_cache(v, self.v_cache, 0)
-        y = torch.ops.llama.custom_sdpa(q, self.k_cache, self.v_cache, 0, None, 0.0, True)
+        at = start_pos()
+        torch.ops.llama.update_cache(k, self.k_cache, at)
+        torch.ops.llama.update_cache(v, self.v_cache, at)
+        y = torch.ops.llama.custom_sdpa(q, self.k_cache, self.v_cache, start_pos(), None, 0.0, True)
         return x + self.out(y.reshape(1, 4, 32))
 
 
-def _cached_program(stack: nn.Module) -> torch.export.ExportedProgram:
+def _cached_program(stack: nn.Module, *inputs: torch.Tensor) -> torch.export.ExportedProgram:
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 (registers llama's ops)
 
     torch.manual_seed(0)
     with torch.no_grad():  # as ExecuTorch's exports: a cache written from grad is refused
-        return torch.export.export(stack.eval(), (torch.randn(1, 4, 32),))
+        return torch.export.export(stack.eval(), (torch.randn(1, 4, 32), *inputs))
 
 
 def test_layers_updating_their_own_caches_are_generated_by_region() -> None:
@@ -68,3 +76,96 @@ class SharedCache(nn.Module):
 def test_a_cache_updated_by_every_layer_runs_stock() -> None:
     why = "update_cache writes b_cache outside a layer (llama.update_cache.default)"
     assert program_regions(_cached_program(SharedCache())) == (None, why)
+
+
+class Positioned(Caching):
+    """Caching at the position an input_pos tensor holds, read with `.item()` by the cache's
+    write and again by the attention, as ExecuTorch's KVCache.update and SDPACustom do
+    (optimum's recipe): each layer's `.item()`s make unbacked symbols, the cache's with the
+    runtime assertions update_cache's checks leave (`_assert_scalar` of u0 >= 0, ...)."""
+
+    def forward(self, x: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return self.attend(x, lambda: input_pos[0].item())
+
+
+class PositionedStack(nn.Module):
+    def __init__(self, layer: type[nn.Module] = Positioned) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layer() for _ in range(3))
+
+    def forward(self, x: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, input_pos)
+        return x
+
+
+def test_layers_reading_start_pos_with_item_are_generated_by_region() -> None:
+    """Each layer's unbacked symbols made afresh for its copy, its runtime assertions placed
+    in stock's order (their debug handles shift every later node's, which XNNPACK writes into
+    the blobs): by region, stock's bytes. Stock's run leaves symbols pending in its program's
+    ShapeEnv (a second lowering of it raises), so each lowering gets its own export."""
+
+    def program() -> torch.export.ExportedProgram:
+        torch.manual_seed(0)  # the same weights in each
+        return _cached_program(PositionedStack(), torch.tensor([0]))
+
+    made = program()
+    targets = [str(node.target) for node in made.graph.nodes]
+    assert targets.count("aten.item.default") == 6 and "aten._assert_scalar.default" in targets
+    stock, mine, runs = regional_and_stock(made, again=program)
+    assert sha256(mine) == sha256(stock)
+    assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
+
+
+class At(Caching):
+    """Caching at a start_pos it is given."""
+
+    def forward(self, x: torch.Tensor, start_pos: int) -> torch.Tensor:  # type: ignore[override]
+        return self.attend(x, lambda: start_pos)
+
+
+class SharedPosition(nn.Module):
+    """start_pos read once, before the layers, and given to each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(At() for _ in range(3))
+
+    def forward(self, x: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        start_pos = input_pos[0].item()
+        for layer in self.layers:
+            x = layer(x, start_pos)
+        return x
+
+
+def test_an_unbacked_symbol_another_region_binds_runs_stock() -> None:
+    program = _cached_program(SharedPosition(), torch.tensor([0]))
+    why = "update_cache uses u0, which the rest binds"
+    assert program_regions(program) == (None, why)
+
+
+class Growing(Caching):
+    """Positioned over a dynamic sequence: update_cache's check `start_pos + seq_len <= 8`
+    becomes an assertion of a backed and an unbacked symbol together (`s27 + u0 <= 8`)."""
+
+    def forward(self, x: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        length = x.shape[1]
+        q, k, v = (linear(x).view(1, length, 2, 16) for linear in self.qkv)
+        at = input_pos[0].item()
+        torch.ops.llama.update_cache(k, self.k_cache, at)
+        torch.ops.llama.update_cache(v, self.v_cache, at)
+        y = torch.ops.llama.custom_sdpa(q, self.k_cache, self.v_cache, at, None, 0.0, True)
+        return x + self.out(y.reshape(1, length, 32))
+
+
+def test_an_assertion_of_a_dynamic_length_and_start_pos_runs_stock() -> None:
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 (registers llama's ops)
+
+    torch.manual_seed(0)
+    stack = PositionedStack(Growing).eval()
+    length = torch.export.Dim("length", min=1, max=7)
+    with torch.no_grad():
+        program = torch.export.export(
+            stack, (torch.randn(1, 4, 32), torch.tensor([0])), dynamic_shapes=({1: length}, None)
+        )
+    assert program_regions(program) == (None, "le_1 is a symbolic bool of a backed symbol")

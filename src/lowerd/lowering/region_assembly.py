@@ -16,7 +16,17 @@ from typing import Any
 
 import torch
 
-from lowerd.lowering.region_cut import Region, attr, cut_user_inputs, layer_path, weight_specs
+from lowerd.lowering.region_cut import (
+    ASSERTION,
+    UNBACKED,
+    Region,
+    attr,
+    cut_user_inputs,
+    is_check,
+    layer_path,
+    unbacked_symbols,
+    weight_specs,
+)
 from lowerd.lowering.replay_inputs import Unplaceable, replayed_weights
 
 _SUFFIX = re.compile(r"_\d+$")
@@ -64,6 +74,10 @@ class Copy:
     places: dict[str, int] = field(init=False)
     # Per per-layer field: the template's value -> the values this region holds there.
     values: dict[str, dict[Any, list[Any]]] = field(init=False)
+    # The template's edge symbols (its replays' unbacked ones) -> this copy's own, made fresh.
+    symbols: dict[Any, Any] = field(default_factory=dict)
+    # The template region's unbacked symbols (export's) -> this region's, at the same place.
+    exported: dict[Any, Any] = field(init=False)
 
     def __post_init__(self) -> None:
         theirs = self.template.region.nodes
@@ -74,6 +88,13 @@ class Copy:
             for mine, their in zip(self.region.nodes, theirs, strict=True):
                 found.setdefault(_frozen(their.meta.get(key)), []).append(mine.meta.get(key))
             self.values[key] = found
+        theirs_bound, mine_bound = (
+            unbacked_symbols(self.template.region),
+            unbacked_symbols(self.region),
+        )
+        if len(theirs_bound) != len(mine_bound):
+            raise NotLocal(f"{self.region.key} binds other unbacked symbols than its template")
+        self.exported = dict(zip(theirs_bound, mine_bound, strict=True))
 
     def own(self, node: torch.fx.Node) -> torch.fx.Node:
         """This region's aten node at the place of the template's aten node the edge node
@@ -97,7 +118,7 @@ def _frozen(value: Any) -> Any:
     return value
 
 
-def _program_fake_mode(program: Any) -> Any:
+def program_fake_mode(program: Any) -> Any:
     """A dynamic program's own fake mode (its ShapeEnv holds the symbols and their ranges; the
     replays run in it, so stock's edge values are made in it too), or None for a static one."""
     from torch._guards import detect_fake_mode
@@ -144,7 +165,7 @@ class Assembly:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         self.program = program
-        self.fake_mode = _program_fake_mode(program) or FakeTensorMode()
+        self.fake_mode = program_fake_mode(program) or FakeTensorMode()
         self.graph = torch.fx.Graph()
         self.owner = torch.nn.Module()
         self.amap: dict[torch.fx.Node, torch.fx.Node] = {}  # whole aten node -> assembled node
@@ -255,9 +276,12 @@ class Assembly:
         """The template node whose region node places `node`: itself, or, for a node of the
         rest the replays made from no node of its cut (a symbolic size's binding, a sym op a
         decomposition computed), its neighbours' in the template, which must agree."""
-        if copy_.region.key is not None or self._has_root(copy_, node):
+        if self._has_root(copy_, node):
             return node
-        if not isinstance(node.meta.get("val"), torch.SymInt):  # only sym nodes: argued
+        if copy_.region.key is not None:
+            if not is_check(node):  # a layer's runtime assertions alone: argued
+                return node  # own() raises NotLocal
+        elif not isinstance(node.meta.get("val"), torch.SymInt):  # only sym nodes: argued
             return node  # own() raises NotLocal
         if node.target is torch.ops.aten.sym_size.int and not self._binds_size(copy_, node):
             raise NotLocal(f"{node.name} binds a size stock's program does not bind")
@@ -316,11 +340,69 @@ class Assembly:
         )
         new.meta = self.meta_for(copy_, node)
         if not copy_.is_template:
-            new.meta["from_node"] = [_source(copy_.own(node))]
+            if self._has_root(copy_, node):
+                new.meta["from_node"] = [_source(copy_.own(node))]
+            else:
+                # A runtime assertion the replays made (no node of the cut's is its root): its
+                # own root, a debug handle of its own, as each of stock's has.
+                new.meta.pop("from_node", None)
+                new.meta["from_node"] = [_source(new)]
+            self.own_symbols(copy_, new)
         self.grads(new)
         copy_.env[node] = new
         self.emitted_by[new] = copy_
         return new
+
+    def own_symbols(self, copy_: Copy, new: torch.fx.Node) -> None:
+        """A copy's node with the copy's own unbacked symbols: each of the template's symbols
+        (its replays' fresh ones, in its values and `unbacked_bindings`) made afresh once per
+        copy with the template symbol's range, as each `.item()` of stock's has its own; an
+        assertion's message names this region's symbol of export where the template's names
+        the template region's (region_edge.py's argument)."""
+        value = new.meta.get("val")
+        if isinstance(value, (torch.SymInt, torch.SymBool)):
+            new.meta["val"] = self._renamed(copy_, value)
+        if bindings := new.meta.get("unbacked_bindings"):
+            new.meta["unbacked_bindings"] = {
+                self._own_symbol(copy_, symbol): path for symbol, path in bindings.items()
+            }
+        if new.target is torch.ops.aten._assert_scalar.default and len(new.args) == 2:
+            new.args = (new.args[0], self._own_message(copy_, new.args[1]))
+
+    def _renamed(self, copy_: Copy, value: Any) -> Any:
+        from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+        expr = value.node.expr
+        names = {s: self._own_symbol(copy_, s) for s in free_unbacked_symbols(value)}
+        if not names:
+            return value
+        shape_env = value.node.shape_env
+        renamed = expr.xreplace(names)
+        if isinstance(value, torch.SymBool):
+            return shape_env.create_symboolnode(renamed)
+        return shape_env.create_symintnode(renamed, hint=None)
+
+    def _own_symbol(self, copy_: Copy, symbol: Any) -> Any:
+        if symbol in copy_.symbols:
+            return copy_.symbols[symbol]
+        shape_env = self.fake_mode.shape_env
+        if shape_env is None or symbol not in shape_env.var_to_range:
+            raise NotLocal(f"{symbol} is not a symbol of the program's ShapeEnv")
+        made = shape_env.create_unbacked_symint().node.expr
+        shape_env.pending_fresh_unbacked_symbols.remove(made)  # bound by its node, as stock's
+        shape_env.var_to_range[made] = shape_env.var_to_range[symbol]
+        if symbol in shape_env.size_like:
+            shape_env.size_like.add(made)
+        copy_.symbols[symbol] = made
+        return made
+
+    def _own_message(self, copy_: Copy, message: Any) -> Any:
+        found = ASSERTION.match(message) if isinstance(message, str) else None
+        if found is None:
+            raise NotLocal(f"an assertion of {copy_.region.key} says {message!r}")
+        names = {str(theirs): str(mine) for theirs, mine in copy_.exported.items()}
+        expression = UNBACKED.sub(lambda m: names.get(m.group(0), m.group(0)), found.group(1))
+        return f"Runtime assertion failed for expression {expression} on node '{found.group(2)}'"
 
     def grads(self, new: torch.fx.Node) -> None:
         """A template's activation inputs come in without grad; in the whole program they carry

@@ -70,6 +70,7 @@ def structure(program: Any, region: Region) -> tuple[Any, ...]:
     value metadata, which nodes are used outside, and which inputs are parameters, buffers
     (persistent or not) or activations (with their values)."""
     index = {node: i for i, node in enumerate(region.nodes)}
+    names = canonical_symbols(region)
     kinds = {name: (s.kind.name, s.persistent) for name, s in weight_specs(program).items()}
     outputs = set(region.outputs)
 
@@ -80,6 +81,10 @@ def structure(program: Any, region: Region) -> tuple[Any, ...]:
             return (kinds.get(value.name, "input"), region.inputs.index(value))
         if isinstance(value, (list, tuple)):
             return tuple(arg(v) for v in value)
+        if isinstance(value, str):
+            return assertion(value, names, {node.name: i for node, i in index.items()})
+        if isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+            return _size(value, names)
         return repr(value)
 
     return tuple(
@@ -87,11 +92,90 @@ def structure(program: Any, region: Region) -> tuple[Any, ...]:
             str(node.target),
             arg(node.args),
             tuple(sorted((k, arg(v)) for k, v in node.kwargs.items())),
-            value_meta(node.meta.get("val")),
+            value_meta(node.meta.get("val"), names),
             node in outputs,
         )
         for node in region.nodes
-    ) + (tuple(value_meta(i.meta.get("val")) for i in region.inputs), source_fns(region))
+    ) + (
+        tuple(value_meta(i.meta.get("val"), names) for i in region.inputs),
+        source_fns(region),
+        symbol_ranges(region),
+    )
+
+
+def unbacked_symbols(region: Region) -> list[Any]:
+    """The unbacked symbols the region's nodes bind (each `.item()`'s `u0`), in binding order."""
+    found: dict[Any, None] = {}
+    for node in region.nodes:
+        for symbol in node.meta.get("unbacked_bindings") or {}:
+            found.setdefault(symbol)
+    return list(found)
+
+
+def symbol_ranges(region: Region) -> tuple[str, ...]:
+    """The range the ShapeEnv knows of each unbacked symbol the region binds (the replays'
+    fresh symbols and runtime assertions follow from it, and it holds what no node shows)."""
+    ranges = []
+    for node in region.nodes:
+        for symbol in node.meta.get("unbacked_bindings") or {}:
+            shape_env = node.meta["val"].node.shape_env
+            ranges.append(str(shape_env.var_to_range.get(symbol)))
+    return tuple(ranges)
+
+
+def canonical_symbols(region: Region) -> dict[Any, Any]:
+    """Each unbacked symbol the region binds -> its place among them, as a symbol: two layers
+    whose `.item()`s bind u0 and u2 have one structure."""
+    import sympy  # type: ignore[import-untyped]
+
+    return {
+        s: sympy.Symbol(f"unbacked{i}", integer=True)
+        for i, s in enumerate(unbacked_symbols(region))
+    }
+
+
+ASSERTION = re.compile(r"^Runtime assertion failed for expression (.*) on node '(.*)'$", re.S)
+UNBACKED = re.compile(r"\bu\d+\b")
+# The runtime assertions export and the replays make of what a ShapeEnv knows of a symbol: the
+# symbolic comparisons they check and the checks themselves.
+CHECKS = frozenset(
+    {
+        "aten._assert_scalar.default",
+        "aten.sym_constrain_range_for_size.default",
+        "aten.sym_constrain_range.default",
+    }
+)
+SYM_COMPARISONS = frozenset({"ge", "gt", "le", "lt", "eq", "ne"})
+
+
+def is_check(node: torch.fx.Node) -> bool:
+    """A runtime assertion's node: a check, or the symbolic comparison of unbacked symbols alone
+    it checks."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols, free_unbacked_symbols
+
+    target = node.target
+    if str(target) in CHECKS:
+        return True
+    value = node.meta.get("val")
+    if getattr(target, "__module__", None) != "_operator" or not isinstance(value, torch.SymBool):
+        return False
+    unbacked = free_unbacked_symbols(value)
+    return (
+        getattr(target, "__name__", None) in SYM_COMPARISONS
+        and bool(unbacked)
+        and (unbacked == free_symbols(value))
+    )
+
+
+def assertion(message: str, names: dict[Any, Any], places: dict[str, Any]) -> Any:
+    """A runtime assertion's message (`_assert_scalar`'s, naming its symbols and the node it
+    checks) with the region's symbols and nodes by their places; another string as itself."""
+    found = ASSERTION.match(message)
+    if found is None:
+        return repr(message)
+    by_name = {str(symbol): str(canonical) for symbol, canonical in names.items()}
+    expression = UNBACKED.sub(lambda m: by_name.get(m.group(0), m.group(0)), found.group(1))
+    return ("assertion", expression, places.get(found.group(2), found.group(2)))
 
 
 def source_fns(region: Region) -> tuple[Any, ...]:
@@ -117,18 +201,26 @@ def _callable(fn: Any) -> str:
     return f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def value_meta(value: Any) -> Any:
+def value_meta(value: Any, names: dict[Any, Any] | None = None) -> Any:
+    """A value's description: a tensor's shape, dtype, stride and requires_grad, a symbolic
+    value by its expression (with `names`' symbols renamed)."""
     if isinstance(value, torch.Tensor):
-        shape = tuple(_size(d) for d in value.shape)
-        return (shape, value.dtype, tuple(_size(d) for d in value.stride()), value.requires_grad)
+        shape = tuple(_size(d, names) for d in value.shape)
+        stride = tuple(_size(d, names) for d in value.stride())
+        return (shape, value.dtype, stride, value.requires_grad)
     if isinstance(value, (list, tuple)):
-        return tuple(value_meta(v) for v in value)
+        return tuple(value_meta(v, names) for v in value)
+    if isinstance(value, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+        return _size(value, names)
     return repr(value)
 
 
-def _size(size: Any) -> Any:
-    """A size, or a symbolic size by its expression (a SymInt does not hash)."""
-    return ("sym", str(size.node.expr)) if isinstance(size, torch.SymInt) else size
+def _size(size: Any, names: dict[Any, Any] | None = None) -> Any:
+    """A size, or a symbolic value by its expression (a SymInt does not hash)."""
+    if not isinstance(size, (torch.SymInt, torch.SymBool, torch.SymFloat)):
+        return size
+    expr = size.node.expr
+    return ("sym", str(expr.xreplace(names) if names else expr))
 
 
 def attr(module: Any, target: str) -> Any:

@@ -83,8 +83,8 @@ partitioner), field by field:
   partition step (on the assembled program, as stock's) leaves it outside the delegates. The
   passes: OpReplace makes its edge op from its target; ScalarToTensorPass coerces nothing (its
   scalars, start_pos, dropout and scale, are SymInt and floats in its schema, not tensors); the
-  others do not match it. Gate: start_pos is a constant int (a symbol is dynamic shapes, and an
-  unbacked one from `.item()` is not argued). The other llama ops are gated but one:
+  others do not match it. Gate: start_pos is a constant int or an unbacked symbol its layer's
+  `.item()` binds (below; a backed symbol is not argued). The other llama ops are gated but one:
 - `llama.update_cache(value, cache(a!), start_pos)` (ExecuTorch's KV cache's write; CUSTOM_OPS)
   is an in-place op on a buffer, and is argued as aten's in-place writes are (`written` reads
   the `a!` of its schema): only on a buffer (not a view of one) that its layer alone writes and
@@ -92,7 +92,7 @@ partitioner), field by field:
   read and write, and the template's functionalizing replay makes the write and its
   BUFFER_MUTATION output as stock's does. Like custom_sdpa it is in no decomposition table, its
   value (a one-element tensor) from its Meta kernel on its own arguments, XNNPACK has no config
-  for it, and no pass but OpReplace matches it. Gate: start_pos a constant int, as custom_sdpa's.
+  for it, and no pass but OpReplace matches it. Gate: start_pos as custom_sdpa's.
 - Node names: fx names a node from its target's base and a per-graph counter; emitting the nodes
   in stock's order from each template name's base gives stock's names.
 - `val`: the template's value remade (shape, stride, dtype, device) in one fake mode; its
@@ -228,9 +228,34 @@ partitioner), field by field:
   same), and its dynamism; the sym_size and sym ops stay outside the delegates (XNNPACK refuses
   a view with a SymInt size, in stock too) and become the emitter's sym ops from their targets.
   Range constraints are the program's, as stock passes them on (the cut carries them too).
-  `structure` reads a symbolic size by its expression. Unbacked symbols (`u0` of an `.item()`,
-  each layer's in custom SDPA's start_pos, with `_assert_scalar` and range nodes), SymFloat and
-  SymBool values: gate.
+  `structure` reads a symbolic size by its expression. SymFloat values: gate.
+- Unbacked symbols (`u0` of an `.item()`: ExecuTorch's KVCache.update and SDPACustom read
+  start_pos so, in each layer, optimum's recipe). Export binds each to its `item` node
+  (`unbacked_bindings`) and leaves the ShapeEnv's facts on it (update_cache's meta checks:
+  u0 >= 0, u0 <= 4, u0 < 8) as `_assert_scalar` nodes of symbolic comparisons. Gate: each
+  symbol bound by a node as its value, held (in values and arguments) by nodes of the binding
+  region alone, in no tensor's size or stride, a SymBool holding unbacked symbols alone. Every
+  replay re-traces each `item` into a fresh symbol (renamed to export's by rebind_unbacked) and
+  its meta checks and insert_deferred_runtime_asserts re-make the assertions from what the
+  ShapeEnv knows of that symbol, which came of its own layer's nodes; so a layer's edge nodes
+  follow from its own nodes and its symbols' ranges, both in `structure` (a symbol by its place
+  among those the layer binds: u0 and u2 are one structure; an assertion's message likewise).
+  Each template's run is in the program's ShapeEnv, as stock's; a run leaves symbols pending
+  there that nothing binds (48 for the six `.item()`s of tests/test_region_llm.py's stack), on
+  which the next trace raises (stock's own run twice on one program too), so each run here
+  starts with none pending, as export leaves it.
+  Copies: the replays' assertion nodes descend from no node of the cut (their roots are the
+  replays' own), so they are placed with their neighbours in the template's order (the same
+  layer) and each is its own root: its own debug handle, in stock's order (debug handles shift
+  every later node's, and XNNPACK writes them into the blobs). A copy's symbols are made afresh,
+  one per template symbol, with its range: stock's are distinct per `.item()` (its passes'
+  fresh ones, its bindings' keys) and so are a copy's; an assertion's message names the copy's
+  own symbol of export. What of these reaches the .pte: the `_local_scalar_dense` kernel calls
+  (ops from targets) and an Int value each, the emitter's `_get_sym_ret` (0, whatever the
+  symbol); to_executorch removes the assertions and their comparisons. Their names (stock's
+  differ from run to run by the ShapeEnv's counter) and the node name a message quotes (the
+  first replay's: `ge_3` in stock's, `ge_1` in a template's) reach no byte, no partition
+  (XNNPACK takes no symbolic op) and so no partition key.
 - More than one method (prefill/decode; a multimodal program's text_decoder, token_embedding):
   stock's loop makes each method's edge program from that method's aten program and
   partitioners alone; what it shares is the config, read only as the fields above (and
@@ -250,18 +275,20 @@ Gates (each checked; any other case runs ExecuTorch's own function):
   other fields than `_check_ir_validity` and `_skip_dim_order` are the default;
 - inputs only user inputs, parameters and buffers, outputs only user outputs (export's IR
   keeps a buffer's write as its in-place op, with no output), weights plain tensors; symbolic
-  values only backed SymInt sizes (no unbacked symbol, SymFloat or SymBool);
+  values only SymInt sizes of backed symbols, unbacked SymInts and their assertions' SymBools
+  each bound and used in one region (above; no SymFloat);
 - every op in aten, QDQ_OPS or CUSTOM_OPS (or getitem, or in the rest a higher-order op), every
-  q/dq chain in one region, custom_sdpa's and update_cache's start_pos a constant (above); an
-  in-place op only on a tensor its own region made and only its region reads (export's IR
-  keeps in-place ops until the first replay functionalizes them), or directly on a buffer (not
-  a view of one) that one layer writes and alone uses; and no tensor written in place, its
-  bases or views (an in-place op's result among them) read in another region;
-- in a layer: no get_attr input, no call but an aten op or getitem, every node used (or an
-  assert, or a buffer's write), only the node metadata keys the argument covers (strict
-  export's source_fn_stack among them), no `custom` annotation; the same of each layer
-  template's edge program (its placeholders may carry example_value: checked after it is made:
-  NotLocal);
+  q/dq chain in one region, custom_sdpa's and update_cache's start_pos a constant or an
+  unbacked symbol (above); an in-place op only on a tensor its own region made and only its
+  region reads (export's IR keeps in-place ops until the first replay functionalizes them), or
+  directly on a buffer (not a view of one) that one layer writes and alone uses; and no tensor
+  written in place, its bases or views (an in-place op's result among them) read in another
+  region;
+- in a layer: no get_attr input, no call but an aten op, getitem or a runtime assertion's
+  symbolic comparison, every node used (or an assert, or a buffer's write), only the node
+  metadata keys the argument covers (strict export's source_fn_stack, `unbacked_bindings`
+  among them), no `custom` annotation; the same of each layer template's edge program (its
+  placeholders may carry example_value: checked after it is made: NotLocal);
 - regions contiguous, and at least two layers of one structure (otherwise no gain).
 tests/test_region_layers.py compares the bytes with the stock script's for a Llama edited at the
 first, a middle and the last layer, with scaled weights and an op XNNPACK refuses;
@@ -271,14 +298,15 @@ length; tests/test_region_edge.py for tiny stacks with optimum's constant method
 EdgeCompileConfig and transform pass, with three methods, for a strict export whose layers read
 one tied weight (metadata as stock's), and checks that the gates fall back (a q/dq chain across
 layers, a torchao op and a llama op not argued; a buffer read by another layer, written by two,
-written in the rest, written through a view; unbacked symbols).
+written in the rest, written through a view; an unbacked symbol in a tensor's size).
 tests/test_region_architectures.py compares the bytes and the path across transformers
 architectures (tests/architectures.py: OPT, GPT-2, Phi, Qwen2, Gemma, BERT), and Llama and GPT-2
 exported strict under no_grad (bytes and the replays' metadata as stock's);
 tests/test_region_store.py transformers' static cache exported strict (its weights renamed and
 reordered by the replays); tests/test_region_llm.py layers updating their own KV caches with
-llama.update_cache; tests/test_intx_memo.py an 8da4w project built cold and rebuilt from the
-intx memo.
+llama.update_cache, at a start_pos each reads with `.item()` (and one the rest reads for them
+all, and one with a dynamic length: stock); tests/test_intx_memo.py an 8da4w project built
+cold and rebuilt from the intx memo.
 """
 
 from __future__ import annotations
@@ -301,8 +329,9 @@ from lowerd.lowering.region_assembly import (
     NotLocal,
     Template,
     assembled_program,
+    program_fake_mode,
 )
-from lowerd.lowering.region_cut import Region, cut, regions, structure
+from lowerd.lowering.region_cut import CHECKS, Region, cut, is_check, regions, structure
 from lowerd.lowering.region_passes import why_passes
 from lowerd.lowering.template_store import TemplateStore
 
@@ -322,6 +351,7 @@ _LAYER_META = frozenset(
         "original_aten",
         "eager_input_vals",
         "source_fn_stack",
+        "unbacked_bindings",
     }
 )
 # Node metadata of a layer template's edge nodes the argument covers, by node kind (its output
@@ -331,7 +361,7 @@ _EDGE_META = {
     "placeholder": _LAYER_META | {"desc", "example_value"},
 }
 _INPUT_KINDS = frozenset({"USER_INPUT", "PARAMETER", "BUFFER"})
-_CHECKS = frozenset({"aten._assert_tensor_metadata.default"})
+_CHECKS = frozenset({"aten._assert_tensor_metadata.default"}) | CHECKS
 # ExecuTorch's LLM custom ops the argument covers (executorch.extension.llm.custom_ops), by the
 # index of their start_pos argument, which must be a constant.
 CUSTOM_OPS = {"llama.custom_sdpa.default": 3, "llama.update_cache.default": 2}
@@ -410,6 +440,7 @@ class RegionalEdge:
 
     def _generate(self, stock: Any, args: tuple[Any, ...]) -> Any:
         partitioner, aten_programs, config, constant_methods, _ = args
+        stock = _from_no_pending_symbols(stock)
         names = tuple(aten_programs)
         why = why_passes(self.transform_passes) or why_stock_call(*args)
         if why is not None:
@@ -474,6 +505,22 @@ class RegionalEdge:
         for run in runs:
             log.debug("stock edge generation: %s", run.stock_because)
         return stock(*args)
+
+
+def _from_no_pending_symbols(stock: Any) -> Any:
+    """ExecuTorch's function, each call made with no unbacked symbol pending in the programs'
+    ShapeEnv, as export leaves it. A run over a program with `.item()`s leaves the symbols its
+    passes' fake propagation allocated pending (nothing binds them), and the next trace in that
+    ShapeEnv raises on them: a template's run would break the next one, and the fallback."""
+
+    def call(partitioner: Any, programs: Any, *rest: Any) -> Any:
+        for program in programs.values():
+            shape_env = getattr(program_fake_mode(program), "shape_env", None)
+            if shape_env is not None:
+                shape_env.pending_fresh_unbacked_symbols.clear()
+        return stock(partitioner, programs, *rest)
+
+    return call
 
 
 def _own_config(config: Any) -> Any:
@@ -544,6 +591,8 @@ def program_regions(program: Any) -> tuple[list[Region] | None, str | None]:
             return None, why
     if why := _why_aliased_read(program, region_of):
         return None, why
+    if why := _why_unbacked(program, region_of):
+        return None, why
     if why := _why_crossing_chain(program, region_of):
         return None, why
     layers = [region for region in found if region.key is not None]
@@ -577,9 +626,13 @@ def _why_layer(program: Any, region: Region) -> str | None:
             return f"{region.key} reads {node.target}"
     for node in region.nodes:
         target = node.target
-        if target is not operator.getitem and (
-            not isinstance(target, torch._ops.OpOverload)
-            or isinstance(target, torch._ops.TorchBindOpOverload)
+        if (
+            target is not operator.getitem
+            and not is_check(node)
+            and (
+                not isinstance(target, torch._ops.OpOverload)
+                or isinstance(target, torch._ops.TorchBindOpOverload)
+            )
         ):
             return f"{region.key} calls {target}"
         if unknown := sorted(set(node.meta) - _LAYER_META):
@@ -698,15 +751,27 @@ def _argued_op(target: torch._ops.OpOverload) -> bool:
 
 def _why_custom_op(node: torch.fx.Node, target: torch._ops.OpOverload) -> str | None:
     """custom_sdpa and update_cache are per node when start_pos is a constant of the node's own
-    arguments;
-    an unbacked symbol (each layer's `.item()` in optimum's recipe) is not argued."""
+    arguments or an unbacked symbol (each layer's `.item()` in optimum's recipe: where it is
+    bound, `_why_unbacked`); a backed symbol is not argued."""
     index = CUSTOM_OPS.get(str(target))
     if index is None:
         return None
     start = node.args[index] if index < len(node.args) else node.kwargs.get("start_pos")
-    if type(start) is not int:
-        return f"{node.name}'s start_pos is not a constant ({target})"
-    return None
+    if type(start) is int or _unbacked_int(start):
+        return None
+    return f"{node.name}'s start_pos is neither a constant nor an unbacked symbol ({target})"
+
+
+def _unbacked_int(value: Any) -> bool:
+    """A node whose value is a SymInt of unbacked symbols alone (an `.item()`'s)."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols, free_unbacked_symbols
+
+    symbolic = value.meta.get("val") if isinstance(value, torch.fx.Node) else None
+    if not isinstance(symbolic, torch.SymInt):
+        return False
+    return bool(free_symbols(symbolic)) and free_symbols(symbolic) == free_unbacked_symbols(
+        symbolic
+    )
 
 
 def _why_crossing_chain(program: Any, region_of: dict[torch.fx.Node, Any]) -> str | None:
@@ -769,27 +834,63 @@ def _view_base(node: torch.fx.Node) -> torch.fx.Node | None:
 
 
 def _why_symbols(program: Any) -> str | None:
-    """Why the program's symbolic values are not ones the argument covers: only backed SymInt
-    sizes (a dynamic dimension's `s0`, shared by every region through the rest's one binding).
-    Unbacked symbols (`u0` of an `.item()`, with their `_assert_scalar` and range nodes) are
-    allocated by the replays in program order: not argued."""
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    """Why the program's symbolic values are not ones the argument covers: backed SymInt sizes
+    (a dynamic dimension's `s0`, shared by every region through the rest's one binding), and
+    unbacked SymInts and the SymBools of their runtime assertions (`u0` of an `.item()`, with
+    its `_assert_scalar` nodes) each bound by one node as its value (`_why_unbacked`, once
+    the regions are known); an unbacked symbol in a tensor's size or stride, a SymFloat, a
+    SymBool of a backed symbol: not argued."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols, free_unbacked_symbols
 
     for node in program.graph.nodes:
         value = node.meta.get("val")
         if node.op == "output" or value is None:
             continue
-        if unbacked := free_unbacked_symbols(value):
-            return f"unbacked symbols ({', '.join(sorted(map(str, unbacked)))} in {node.name})"
-        if _symbolic_scalar(value):
-            return f"{node.name} is a symbolic float or bool"
+        if isinstance(value, torch.Tensor) and (unbacked := free_unbacked_symbols(value)):
+            names = ", ".join(sorted(map(str, unbacked)))
+            return f"unbacked symbols in a tensor's size ({names} in {node.name})"
+        if _symbolic_float(value):
+            return f"{node.name} is a symbolic float"
+        if isinstance(value, torch.SymBool) and free_symbols(value) != free_unbacked_symbols(value):
+            # `s0 + u0 <= 8` (update_cache's check with a dynamic sequence): not argued.
+            return f"{node.name} is a symbolic bool of a backed symbol"
+        bindings = node.meta.get("unbacked_bindings") or {}
+        if any(path != () for path in bindings.values()) or (
+            bindings and not isinstance(value, torch.SymInt)
+        ):
+            return f"{node.name} binds an unbacked symbol inside its value"
     return None
 
 
-def _symbolic_scalar(value: Any) -> bool:
+def _why_unbacked(program: Any, region_of: dict[torch.fx.Node, Any]) -> str | None:
+    """An unbacked symbol is local to the region whose node binds it when every node whose
+    value or arguments hold it is in that region: the replays' fresh symbols and the ShapeEnv's
+    facts on it (its range, its assertions) then come of that region's nodes alone."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    binder: dict[Any, torch.fx.Node] = {}
+    for node in program.graph.nodes:
+        for symbol in node.meta.get("unbacked_bindings") or {}:
+            binder.setdefault(symbol, node)
+    for node in program.graph.nodes:
+        held = set(free_unbacked_symbols(node.meta.get("val"))) if node.op != "output" else set()
+        for arg in node.all_input_nodes:
+            if isinstance(arg.meta.get("val"), (torch.SymInt, torch.SymBool)):
+                held |= free_unbacked_symbols(arg.meta["val"])
+        for symbol in sorted(held, key=str):
+            bound = binder.get(symbol)
+            if bound is None:
+                return f"{node.name} holds {symbol}, which no node binds"
+            if node.op == "output" or region_of.get(node) != region_of.get(bound):
+                where = region_of.get(bound) or "the rest"
+                return f"{node.name} uses {symbol}, which {where} binds"
+    return None
+
+
+def _symbolic_float(value: Any) -> bool:
     if isinstance(value, (list, tuple)):
-        return any(_symbolic_scalar(v) for v in value)
-    return isinstance(value, (torch.SymFloat, torch.SymBool))
+        return any(_symbolic_float(v) for v in value)
+    return isinstance(value, torch.SymFloat)
 
 
 def _templates(
