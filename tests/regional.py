@@ -8,13 +8,17 @@ Stock here is a plain ExecuTorch run with nothing of lowerd's installed (as test
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from lowerd.cache.store import BlobStore
+from lowerd.lowering import template_store
 from lowerd.lowering.edge_speedups import EdgeSpeedups
 from lowerd.lowering.region_edge import RegionalEdge, RegionalRun
+from lowerd.lowering.template_store import TemplateStore
 
 from helpers import PROJECTS
 from stock import call_entry
@@ -48,6 +52,21 @@ def exported(model: nn.Module, **options: Any) -> Any:
     return torch.export.export(model.eval(), (torch.randn(4, 8),), **options)
 
 
+def lowered(
+    program: Any, options: dict[str, Any] | None = None, edges: list[Any] | None = None
+) -> bytes:
+    """The program lowered with XNNPACK by to_edge_transform_and_lower (with `options`, its
+    other arguments), as whatever is installed around the call makes it; `edges` gets its
+    manager."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()], **options or {})
+    if edges is not None:
+        edges.append(edge)
+    return bytes(edge.to_executorch().buffer)
+
+
 def regional_and_stock(
     program: Any,
     options: Callable[[], dict[str, Any]] = dict,
@@ -60,22 +79,13 @@ def regional_and_stock(
     each (it adds to the config); `edges` gets the regional lowering's manager; `again`, if
     given, exports the program afresh for the regional lowering (as lowerd lowers a program of
     its own export)."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
-    def lowered(options: dict[str, Any]) -> bytes:
-        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()], **options)
-        if edges is not None:
-            edges.append(edge)
-        return bytes(edge.to_executorch().buffer)
-
-    stock = lowered(options())
+    stock = lowered(program, options(), edges)
     mine_options = options()
     regional = RegionalEdge(mine_options.get("transform_passes"))
     if again is not None:
         program = again()
     with EdgeSpeedups(None).installed(), regional.installed():
-        mine = lowered(mine_options)
+        mine = lowered(program, mine_options, edges)
     return stock, mine, regional.runs
 
 
@@ -112,3 +122,25 @@ def optimum_passes() -> Any:
     """The optimum project's transform passes (tests/projects/optimum/passes.py), as its
     recipe's written out."""
     return call_entry(PROJECTS / "optimum", "passes.py:transform_passes")
+
+
+def lowered_through(
+    program: Any, templates: TemplateStore, edges: list[Any] | None = None
+) -> tuple[bytes, list[RegionalRun]]:
+    """The program lowered with XNNPACK, regional edge generation reading and writing its
+    templates through `templates`; its manager appended to `edges`."""
+    regional = RegionalEdge(store=templates)
+    with EdgeSpeedups(None).installed(), regional.installed():
+        return lowered(program, None, edges), regional.runs
+
+
+def rewrite_templates(store: BlobStore, folder: Path, rewrite: Callable[[bytes], bytes]) -> int:
+    """Every template entry of the store in `folder` rewritten, under its own key and a digest
+    the store's own (what a reader meets as a damaged or foreign entry); how many there were."""
+    paths = list(folder.rglob(f"*.{template_store.KIND}"))
+    for path in paths:
+        key = path.name.split(".")[0]
+        payload = store.get(key, template_store.KIND)
+        assert payload is not None
+        store.put(key, rewrite(payload), template_store.KIND)
+    return len(paths)

@@ -16,8 +16,7 @@ from executorch.exir.pass_base import ExportPass, PassResult
 from torch import nn
 
 from lowerd.cache.store import BlobStore
-from lowerd.lowering import edge_speedups, template_store
-from lowerd.lowering.edge_speedups import EdgeSpeedups
+from lowerd.lowering import edge_speedups
 from lowerd.lowering.region_edge import (
     RegionalEdge,
     RegionalRun,
@@ -32,9 +31,12 @@ from regional import (
     Plain,
     Stack,
     exported,
+    lowered,
+    lowered_through,
     optimum_passes,
     regional_and_stock,
     replay_metadata,
+    rewrite_templates,
 )
 from stock import sha256
 
@@ -42,34 +44,17 @@ from stock import sha256
 def test_a_corrupt_stored_template_is_a_miss_and_stock_s_bytes(tmp_path: Any) -> None:
     """A template entry whose payload does not decode (truncated, its digest the store's own)
     is generated again: a miss, counted, and the .pte is stock's."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
     program = exported(Stack(Plain))
+    stock = lowered(program)
     store = BlobStore(tmp_path / "cache")
-    stock = bytes(
-        to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
-        .to_executorch()
-        .buffer
-    )
-    runs = []
-    for corrupt in (False, True):
-        templates = TemplateStore(store)
-        if corrupt:
-            for path in (tmp_path / "cache").rglob(f"*.{template_store.KIND}"):
-                key = path.name.split(".")[0]
-                payload = store.get(key, template_store.KIND)
-                assert payload is not None
-                store.put(key, payload[: len(payload) // 2], template_store.KIND)
-        regional = RegionalEdge(store=templates)
-        with EdgeSpeedups(None).installed(), regional.installed():
-            edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
-            mine = bytes(edge.to_executorch().buffer)
-        assert sha256(mine) == sha256(stock)
-        runs.append((regional.runs, templates.stored, templates.unreadable))
-    made = [RegionalRun(regions=3, templates=1, stock_because=None)]
-    assert runs[0][0] == made and runs[0][1] >= 1
-    assert runs[1][0] == made and runs[1][2] == runs[0][1]
+    first = TemplateStore(store)
+    made = lowered_through(program, first)
+    assert rewrite_templates(store, tmp_path / "cache", lambda p: p[: len(p) // 2]) == first.stored
+    again = TemplateStore(store)
+    read = lowered_through(program, again)
+    assert sha256(made[0]) == sha256(read[0]) == sha256(stock)
+    assert made[1] == read[1] == [RegionalRun(regions=3, templates=1, stock_because=None)]
+    assert first.stored >= 1 and again.unreadable == first.stored
 
 
 def test_repeated_layers_without_an_llama_are_generated_by_region() -> None:

@@ -15,13 +15,20 @@ import torch
 from torch import nn
 
 from lowerd.cache.store import BlobStore
-from lowerd.lowering import template_store
-from lowerd.lowering.edge_speedups import EdgeSpeedups
-from lowerd.lowering.region_edge import RegionalEdge, RegionalRun
+from lowerd.lowering.region_edge import RegionalRun
 from lowerd.lowering.template_store import TemplateStore
 
 from helpers import PROJECTS
-from regional import Plain, Stack, exported, regional_and_stock, replay_metadata
+from regional import (
+    Plain,
+    Stack,
+    exported,
+    lowered,
+    lowered_through,
+    regional_and_stock,
+    replay_metadata,
+    rewrite_templates,
+)
 from stock import importable_copy, sha256
 
 EXAMPLES = PROJECTS.parents[1] / "examples"
@@ -80,22 +87,6 @@ def test_weights_the_replays_would_name_alike_run_stock() -> None:
     assert run.stock_because is not None and "named alike" in run.stock_because
 
 
-def lowered_through(
-    program: Any, templates: TemplateStore, edges: list[Any] | None = None
-) -> tuple[bytes, list[RegionalRun]]:
-    """The program lowered with XNNPACK, regional edge generation reading and writing its
-    templates through `templates`; its manager appended to `edges`."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
-
-    regional = RegionalEdge(store=templates)
-    with EdgeSpeedups(None).installed(), regional.installed():
-        edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
-        if edges is not None:
-            edges.append(edge)
-        return bytes(edge.to_executorch().buffer), regional.runs
-
-
 def test_a_strict_export_s_template_is_kept_and_read_back_with_stock_s_metadata(
     tmp_path: Any,
 ) -> None:
@@ -121,15 +112,14 @@ def test_a_template_naming_a_callable_no_imported_module_holds_is_a_miss(tmp_pat
     the entry rewritten so, under its own digest) is unreadable, generated again, stock's bytes."""
     with torch.no_grad():
         program = exported(Stack(Plain), strict=True)
-    stock, _, _ = regional_and_stock(program)
+    stock = lowered(program)
     store = BlobStore(tmp_path / "cache")
     lowered_through(program, TemplateStore(store))
-    [entry] = (tmp_path / "cache").rglob(f"*.{template_store.KIND}")
-    key = entry.name.split(".")[0]
-    payload = store.get(key, template_store.KIND)
-    assert payload is not None and b"torch.nn.modules.linear" in payload
-    elsewhere = payload.replace(b"torch.nn.modules.linear", b"torch.nn.modules.lineaX")
-    store.put(key, elsewhere, template_store.KIND)
+
+    def elsewhere(payload: bytes) -> bytes:
+        return payload.replace(b"torch.nn.modules.linear", b"torch.nn.modules.lineaX")
+
+    assert rewrite_templates(store, tmp_path / "cache", elsewhere) == 1
     templates = TemplateStore(store)
     pte, runs = lowered_through(program, templates)
     assert sha256(pte) == sha256(stock)
