@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from lowerd.daemon.runtime import process_alive
+from lowerd.project.hash_seed import HASH_SEED
 
 from helpers import (
     PROJECTS,
@@ -55,7 +56,9 @@ PARTIAL_GRAPH = "def forward(self"  # how torch.export's dump of its traced grap
 def _crashy_build(tmp_path_factory: pytest.TempPathFactory, *args: str) -> tuple[Path, Run]:
     root = copy_project(PROJECTS / "crashy", tmp_path_factory.mktemp("crashy") / "crashy")
     cache = tmp_path_factory.mktemp("cache")
-    return root, lowerd(root, cache, "build", "--no-daemon", *args, *CRASH_TARGETS)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PYTHONHASHSEED", "7")  # a caller's seed other than lowerd's
+        return root, lowerd(root, cache, "build", "--no-daemon", *args, *CRASH_TARGETS)
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +168,23 @@ def test_what_a_model_prints_goes_to_stderr_not_into_the_json(
     for line in CHATTER:
         assert line in run.stderr, run.log
         assert line not in run.stdout, run.log
+
+
+def test_the_entry_runs_under_lowerd_s_hash_seed_whatever_the_caller_s(
+    crash_json: tuple[Path, Run],
+) -> None:
+    """Stock ExecuTorch's bytes depend on the string hash seed (project/hash_seed.py): the
+    command runs its lowerings under one seed, whatever the environment it was started with
+    gave (this test's: another seed)."""
+    _, run = crash_json
+    pinned = subprocess.run(
+        [sys.executable, "-c", "print(hash('lowerd'))"],
+        env=dict(os.environ, PYTHONHASHSEED=HASH_SEED),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert f"CHATTY-HASH {pinned}" in run.stderr, run.log
 
 
 @pytest.fixture(scope="module")

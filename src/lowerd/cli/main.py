@@ -14,10 +14,13 @@ from typing import TypeAlias
 from lowerd import __version__
 from lowerd.cli.exit_codes import EXIT_TARGET_FAILED, EXIT_USAGE
 from lowerd.project.errors import ConfigError, LowerdError
+from lowerd.project.hash_seed import run_with_pinned_seed
 from lowerd.project.library_output import quiet_library_logs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # run as the command: every lowering it starts under one hash seed
+        run_with_pinned_seed()
     args = command_parser().parse_args(argv)
     if getattr(args, "verbose", False):  # before the handler reads it; the workers inherit it
         os.environ["LOWERD_LOG_LEVEL"] = "DEBUG"

@@ -41,6 +41,7 @@ from lowerd.cli.ray_task import PAYLOAD_VERSION, build_on_node
 from lowerd.project.batch import Batch
 from lowerd.project.build_state import load_state, tool_versions
 from lowerd.project.config import ProjectConfig, TargetConfig, choose_config
+from lowerd.project.hash_seed import pinned
 from lowerd.project.library_output import log_level, route_library_logs
 from lowerd.project.result import TargetResult
 
@@ -155,6 +156,7 @@ def runtime_env(config: ProjectConfig) -> dict[str, Any]:
         if folder is not None and folder.resolve().is_relative_to(config.root.resolve()):
             excludes.append("/" + folder.resolve().relative_to(config.root.resolve()).as_posix())
     env_vars = {name: value for name, value in os.environ.items() if name.startswith("LOWERD_")}
+    env_vars = pinned(env_vars)  # the nodes lower under lowerd's hash seed, as a local build
     return {"working_dir": str(config.root), "excludes": excludes, "env_vars": env_vars}
 
 

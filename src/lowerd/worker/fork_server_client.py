@@ -20,6 +20,7 @@ from dataclasses import replace
 
 import msgpack
 
+from lowerd.project.hash_seed import pinned
 from lowerd.project.wire import encode
 from lowerd.worker.libraries import environment_stamp
 from lowerd.worker.protocol import (
@@ -116,6 +117,7 @@ class ForkServer:
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=sys.stderr.fileno(),  # user prints must never reach an LSP client on stdout
+                env=pinned(os.environ),  # its lowerings' bytes must not depend on the daemon's seed
             )
         except BaseException:
             ours.close()

@@ -66,6 +66,7 @@ class _Chatty(nn.Module):
 
 def chatty():
     print("CHATTY-MAKE printed by the entry")
+    print(f"CHATTY-HASH {hash('lowerd')}")  # the string hash seed the worker runs with
     os.write(1, b"CHATTY-FD1 written to file descriptor 1\n")  # below Python's sys.stdout
     torch.manual_seed(0)
     return _Chatty().eval(), (torch.randn(2, 8),)
