@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,11 +159,17 @@ def _module_name(root: Path, path: Path) -> str:
 
 
 def definition_site(thing: Any) -> tuple[str | None, int | None]:
-    """File and line where a function or class is defined, when Python can tell."""
+    """File and line where a function or class is defined, when Python can tell. A function's
+    line is its code's, read without decoding its file: CPython runs a file whose comment is not
+    UTF-8, which `tokenize` (inspect's reading of the source) refuses."""
     try:
         file = inspect.getsourcefile(thing)
-        _, line = inspect.getsourcelines(thing)
-    except (TypeError, OSError):
+        code = getattr(thing, "__code__", None)
+        if isinstance(code, types.CodeType):
+            line = code.co_firstlineno
+        else:
+            _, line = inspect.getsourcelines(thing)
+    except (TypeError, OSError, SyntaxError, UnicodeDecodeError):
         return None, None
     return (str(Path(file).resolve()) if file else None), line
 
