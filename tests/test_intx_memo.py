@@ -135,8 +135,9 @@ def test_regional_edge_generation_and_the_memo_give_stock_s_bytes(tmp_path: Path
         {"hits": 0, "misses": 7},
         {"hits": 7, "misses": 0},
     )
-    regional = EdgeGeneration.regional(regions=4, templates=2)
-    for result in (cold.result, again):
+    # the rebuild reads both templates (the layers' and the head's) from the cold build's cache
+    for result, reused in ((cold.result, 0), (again, 2)):
+        regional = EdgeGeneration.regional(regions=4, templates=2, reused=reused)
         assert [method.edge_generation for method in result.methods.values()] == [regional]
     made = call_entry(config.root, "models/linears.py:make_layers")
     optimum_quantize_model(made[0], "8da4w")
