@@ -1,7 +1,8 @@
 """The VS Code extension end to end in a real VS Code (issue 15 §8).
 
 code-server 4.100.3 (VS Code 1.100, installed from the npm registry by
-../shared/tools/setup-code-server.sh and cached in ~/.cache/lowerd-e2e) gets the packaged
+../shared/tools/setup-code-server.sh and cached in ~/.cache/lowerd-e2e: testkit/code_server.py,
+which .ci/run runs before the suite, as it installs nvim for test_neovim.py) gets the packaged
 editors/vscode/dist/lowerd.vsix and opens a copy of tests/projects/editor (its `refused` target
 only); editors/vscode/e2e/run.mjs drives it in Debian's chromium with playwright-core and waits,
 phase by phase, for what a user sees: the not-delegated warnings at the pow and cumsum lines in
@@ -20,8 +21,6 @@ must not pass with the extension untested.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import json
 import os
 import re
@@ -38,14 +37,13 @@ from typing import Any, NoReturn
 import pytest
 
 from helpers import DEADLINE, PROJECTS, TESTS, line_marks
+from testkit import code_server
 
 REPO = TESTS.parent
 EXTENSION = REPO / "editors" / "vscode"
 E2E = EXTENSION / "e2e"
 DRIVER = E2E / "run.mjs"
 VSIX = EXTENSION / "dist" / "lowerd.vsix"
-SETUP = REPO.parent / "shared" / "tools" / "setup-code-server.sh"
-CODE_SERVER_VERSION = "4.100.3"
 PROJECT = PROJECTS / "editor"
 TARGET = "refused"
 REQUIRED = os.environ.get("LOWERD_E2E_REQUIRED") == "1"
@@ -54,7 +52,6 @@ REQUIRED = os.environ.get("LOWERD_E2E_REQUIRED") == "1"
 WAIT_SECONDS = DEADLINE
 # The whole drive: a dozen waits, most of them short, with room to spare.
 RUN_SECONDS = 6 * DEADLINE
-INSTALL_SECONDS = 10 * DEADLINE
 
 pytestmark = pytest.mark.e2e
 
@@ -65,27 +62,12 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-def cache_root() -> Path:
-    if os.environ.get("LOWERD_E2E_CACHE"):
-        return Path(os.environ["LOWERD_E2E_CACHE"])
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "lowerd-e2e"
-
-
-def node_abi() -> str:
-    return subprocess.run(
-        ["node", "-p", "process.versions.modules"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
 def check_tools() -> None:
     for tool, package in (("node", "nodejs"), ("npm", "npm"), ("rg", "ripgrep")):
         if shutil.which(tool) is None:
             unavailable(f"{tool} is not installed (apt-get install {package}; .ci/run installs it)")
     if chromium() is None:
         unavailable("chromium is not installed (apt-get install chromium; .ci/run installs it)")
-    if not SETUP.is_file():
-        unavailable(f"{SETUP} is missing: it installs code-server")
     if not VSIX.is_file():
         unavailable(f"{VSIX.relative_to(REPO)} is missing: run editors/vscode/check.sh first")
 
@@ -105,37 +87,13 @@ def check_vsix_fresh() -> None:
         )
 
 
-def run_logged(args: list[str], cwd: Path, what: str) -> None:
-    process = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=INSTALL_SECONDS)
-    if process.returncode != 0:
-        tail = "\n".join((process.stdout + process.stderr).splitlines()[-30:])
-        unavailable(f"{what} failed (exit {process.returncode}):\n{tail}")
-
-
 def install_code_server() -> Path:
-    """code-server installed once per version, Node ABI and setup script, in the cache; two test
-    sessions at once install it once (a lock), and a half-done install is never used (rename)."""
-    key = hashlib.sha256(SETUP.read_bytes()).hexdigest()[:12]
-    root = cache_root()
-    home = root / f"code-server-{CODE_SERVER_VERSION}-node{node_abi()}-{key}"
-    entry = home / "node_modules" / "code-server" / "out" / "node" / "entry.js"
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not entry.is_file():
-            if shutil.which("krb5-config") is None:
-                unavailable("libkrb5-dev is not installed (code-server's kerberos module needs it)")
-            partial = home.with_name(home.name + ".partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            run_logged(["bash", str(SETUP), str(partial)], root, "installing code-server")
-            partial.rename(home)
-        # The driver's playwright-core, as its lockfile pins it (a second with a warm npm cache).
-        installed = E2E / "node_modules" / "playwright-core" / "package.json"
-        locked = json.loads((E2E / "package-lock.json").read_text())
-        wanted = locked["packages"]["node_modules/playwright-core"]["version"]
-        if not installed.is_file() or json.loads(installed.read_text())["version"] != wanted:
-            run_logged(["npm", "ci", "--no-audit", "--no-fund"], E2E, "installing playwright-core")
-    return entry
+    """code-server as .ci/run installed it before the suite (testkit/code_server.py), or
+    installed now where nothing did (a developer's first run)."""
+    try:
+        return code_server.install()
+    except code_server.Unavailable as why:
+        unavailable(str(why))
 
 
 def copy_project(root: Path) -> None:
