@@ -30,8 +30,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from lsprotocol.types import DiagnosticSeverity
 
 from lowerd.cache.store import BlobStore
+from lowerd.daemon.diagnostics import build_warning_diagnostics
 from lowerd.lowering.build import build_target
 from lowerd.project.batch import Batch
 from lowerd.project.build_state import state_path
@@ -139,6 +141,14 @@ def test_a_build_record_that_is_a_folder_rebuilds_writes_the_pte_and_says_so(
         ignored = "tiny_linear: build record ignored (a folder, not a regular file)"
         assert warnings == [f"{ignored}; the target rebuilds", said]
         assert (record / "inside").is_dir()
+        # The editor shows it too: a Warning at out_dir's line, once however many builds said it.
+        shown = build_warning_diagnostics([result, result], project.config)
+        [diagnostic] = shown[project.config.path]
+        assert diagnostic.range.start.line == OUT_DIR_LINE - 1
+        assert diagnostic.severity == DiagnosticSeverity.Warning
+        assert diagnostic.message == said.removeprefix(f"pyproject.toml:{OUT_DIR_LINE}: ")
+        assert diagnostic.message.startswith("out_dir: cannot write build record")
+        assert build_warning_diagnostics([replace(result, warnings=None)], project.config) == {}
     finally:
         shutil.rmtree(record)
         project.restore()

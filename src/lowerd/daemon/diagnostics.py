@@ -20,6 +20,8 @@ from pygls.uris import from_fs_path
 
 from lowerd.cache.regular_file import read_regular_file
 from lowerd.daemon.settings import Severity
+from lowerd.project.config import ProjectConfig
+from lowerd.project.disk_errors import key_line
 from lowerd.project.module_paths import collapse_module_paths
 from lowerd.project.report_model import Frame, MethodReport, NotDelegatedOp, RefusalGroup
 from lowerd.project.result import ErrorInfo, TargetResult, remote_warnings
@@ -30,6 +32,7 @@ NOT_DELEGATED = "not-delegated"
 COVERAGE = "coverage"
 CONFIG_ERROR = "config-error"
 REMOTE_CACHE = "remote-cache"
+BUILD_WARNING = "build-warning"
 # Results the server drops instead of showing: the build they end was superseded by a newer one.
 CANCELLED = "cancelled"
 # Ends the messages of a provisional report, shown while an edit lowers: the last build's, with
@@ -181,20 +184,45 @@ def remote_cache_diagnostics(
 ) -> FileDiagnostics:
     """The remote cache's trouble in the shown builds, at cache_url's line of pyproject.toml
     (line 1 when $LOWERD_CACHE_URL named it): Information, since each build still worked."""
+    information = types.DiagnosticSeverity.Information
     messages = remote_warnings(results)
+    return _config_diagnostics(messages, config_path, line, information, REMOTE_CACHE, lines)
+
+
+def build_warning_diagnostics(
+    results: Iterable[TargetResult], config: ProjectConfig, lines: LineReader = read_lines_from_disk
+) -> FileDiagnostics:
+    """What a build that stands had to say (TargetResult.warnings: its build record the disk
+    refused), once each, at out_dir's line of pyproject.toml (the table's when out_dir is not
+    set), where the CLI's line points: a Warning, since the .pte is written and only the next
+    build's shortcut is lost. The message drops the `pyproject.toml:N: ` the CLI's line starts
+    with: the editor shows it at that line."""
+    said = dict.fromkeys(warning for result in results for warning in result.warnings or ())
+    if not said:
+        return {}
+    line = key_line(config, "out_dir")
+    where = f"{config.path.name}:{line}: " if line else f"{config.path.name}: "
+    messages = [warning.removeprefix(where) for warning in said]
+    warning = types.DiagnosticSeverity.Warning
+    return _config_diagnostics(messages, config.path, line, warning, BUILD_WARNING, lines)
+
+
+def _config_diagnostics(
+    messages: Sequence[str],
+    config_path: Path,
+    line: int | None,
+    severity: types.DiagnosticSeverity,
+    code: str,
+    lines: LineReader,
+) -> FileDiagnostics:
+    """Messages about the project as a whole, at a line of pyproject.toml (1 when none)."""
     if not messages:
         return {}
     where = line_range(Site(config_path, line or 1), lines)
     return {
         config_path: [
-            types.Diagnostic(
-                range=where,
-                message=message,
-                severity=types.DiagnosticSeverity.Information,
-                source=SOURCE,
-                code=REMOTE_CACHE,
-            )
-            for message in messages
+            types.Diagnostic(range=where, message=m, severity=severity, source=SOURCE, code=code)
+            for m in messages
         ]
     }
 

@@ -34,6 +34,7 @@ from lowerd.daemon.diagnostics import (
     SOURCE,
     FileDiagnostics,
     LineReader,
+    build_warning_diagnostics,
     config_error_diagnostics,
     hover_markdown,
     lens_title,
@@ -201,6 +202,9 @@ class EditorView:
             remote_cache_diagnostics(
                 self.shown.values(), session.config.path, line, self.read_lines
             )
+        )
+        parts.append(
+            build_warning_diagnostics(self.shown.values(), session.config, self.read_lines)
         )
         return merge(*parts)
 
