@@ -187,6 +187,35 @@ def test_the_entry_runs_under_lowerd_s_hash_seed_whatever_the_caller_s(
     assert f"CHATTY-HASH {pinned}" in run.stderr, run.log
 
 
+def _imports(stderr: str, module: str) -> int:
+    """How many interpreters' `-X importtime` lines on stderr imported `module`."""
+    return sum(1 for line in stderr.splitlines() if line.rpartition("|")[2].strip() == module)
+
+
+@pytest.mark.parametrize(
+    "command", [["-m", "lowerd"], [str(Path(sys.executable).with_name("lowerd"))]]
+)
+def test_the_command_pins_the_seed_before_it_loads_its_modules(
+    command: list[str], tmp_path: Path
+) -> None:
+    """The re-execution under lowerd's seed discards the interpreter: the command's own modules
+    (the config, the build state: a third of a second of CPU) must load only in the second
+    one, or every `lowerd` call pays them twice: `python -m lowerd` and the installed script."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", *command, "--version"],
+        cwd=tmp_path,
+        env={**lowerd_env(tmp_path / "cache"), "PYTHONHASHSEED": "7"},
+        capture_output=True,
+        text=True,
+        timeout=RUN_DEADLINE,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.startswith("lowerd "), done
+    assert _imports(done.stderr, "lowerd.project.hash_seed") == 2, done.stderr  # it re-executed
+    assert _imports(done.stderr, "lowerd.cli.main") == 1, done.stderr
+    assert _imports(done.stderr, "lowerd.project.config") == 1, done.stderr
+
+
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A private $XDG_RUNTIME_DIR for this module's daemon, killed at the end if still there."""

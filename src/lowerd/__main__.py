@@ -1,3 +1,3 @@
-from lowerd.cli.main import main
+from lowerd.cli.command import main
 
 raise SystemExit(main())

@@ -7,7 +7,7 @@ partition's graph is then sorted by users' order (fx's legalize_graph): XNNPACK 
 independent ops in another order, and the delegate blob differs. Stock ExecuTorch's bytes so
 vary from one `python export.py` to the next; lowerd's must be a function of its inputs alone, so
 each lowering process runs with PYTHONHASHSEED fixed: the `lowerd` command re-executes itself
-with it before it does anything (cli/main.py), and what it starts (the daemon, its fork server,
+with it before it does anything (cli/command.py), and what it starts (the daemon, its fork server,
 Ray's workers) inherits or is given it. The stock script equals lowerd's bytes when it runs
 with the same seed (docs/guarantees.md).
 """
