@@ -19,7 +19,9 @@ from helpers import (
     TESTS,
     SharedBuild,
     build_basic,
+    build_broken_at_debug,
     build_examples,
+    build_named_without_cache,
     made_once_per_run,
     run_folder,
 )
@@ -90,6 +92,36 @@ def basic_build(tmp_path_factory: pytest.TempPathFactory) -> SharedBuild:
             return build_basic(folder)
 
     return made_once_per_run(tmp_path_factory, "basic-build", build)
+
+
+@pytest.fixture(scope="session")
+def broken_debug_build(tmp_path_factory: pytest.TempPathFactory) -> SharedBuild:
+    """broken/, every target, built once per run with LOWERD_LOG_LEVEL=DEBUG
+    (helpers.build_broken_at_debug): tests/test_cli.py and tests/test_cli_isolation.py read it.
+    Under a private $XDG_RUNTIME_DIR, as basic_build."""
+
+    def build(folder: Path) -> SharedBuild:
+        (folder / "run").mkdir(mode=0o700)
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("XDG_RUNTIME_DIR", str(folder / "run"))
+            return build_broken_at_debug(folder)
+
+    return made_once_per_run(tmp_path_factory, "broken-debug-build", build)
+
+
+@pytest.fixture(scope="session")
+def named_build(tmp_path_factory: pytest.TempPathFactory) -> SharedBuild:
+    """basic/'s tiny_linear alone, built once per run with no usable cache
+    (helpers.build_named_without_cache): tests/test_cli.py and tests/test_cache_integrity.py
+    read it. Under a private $XDG_RUNTIME_DIR, as basic_build."""
+
+    def build(folder: Path) -> SharedBuild:
+        (folder / "run").mkdir(mode=0o700)
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("XDG_RUNTIME_DIR", str(folder / "run"))
+            return build_named_without_cache(folder)
+
+    return made_once_per_run(tmp_path_factory, "named-build", build)
 
 
 @dataclass(frozen=True)

@@ -149,6 +149,12 @@ def lowerd(cwd: Path, cache: Path, *args: str) -> Run:
     return _run([sys.executable, "-m", "lowerd", *args], cwd, cache, list(args))
 
 
+def lowerd_debug(cwd: Path, cache: Path, *args: str) -> Run:
+    """`lowerd(...)` with LOWERD_LOG_LEVEL=DEBUG: the libraries' own log records shown."""
+    command = [sys.executable, "-m", "lowerd", *args]
+    return _run(command, cwd, cache, list(args), LOWERD_LOG_LEVEL="DEBUG")
+
+
 # Runs the command's main() in-process, then fails (exit 99) if it imported torch or executorch.
 _WITHOUT_TORCH = """\
 import sys
@@ -166,11 +172,11 @@ def lowerd_without_torch(cwd: Path, cache: Path, *args: str) -> Run:
     return _run([sys.executable, "-c", _WITHOUT_TORCH, *args], cwd, cache, list(args))
 
 
-def _run(command: list[str], cwd: Path, cache: Path, args: list[str]) -> Run:
+def _run(command: list[str], cwd: Path, cache: Path, args: list[str], **env: str) -> Run:
     done = subprocess.run(
         command,
         cwd=cwd,
-        env=lowerd_env(cache),
+        env={**lowerd_env(cache), **env},
         capture_output=True,
         text=True,
         timeout=RUN_DEADLINE,
@@ -256,6 +262,28 @@ def build_basic(folder: Path) -> SharedBuild:
     root = copy_project(PROJECTS / "basic", folder / "basic")
     cache = folder / "cache"
     return SharedBuild(root, cache, lowerd(root, cache, "build", "--json"))
+
+
+def build_broken_at_debug(folder: Path) -> SharedBuild:
+    """tests/projects/broken copied into folder and every target built by `lowerd build --json`
+    with LOWERD_LOG_LEVEL=DEBUG: tests/test_cli.py reads its document (every target failed, at
+    its line: the errors are its table run's, made at the default level), and
+    tests/test_cli_isolation.py its stderr (torch's own account of export_fail's failure)."""
+    root = copy_project(PROJECTS / "broken", folder / "broken")
+    cache = folder / "cache"
+    return SharedBuild(root, cache, lowerd_debug(root, cache, "build", "--json"))
+
+
+def build_named_without_cache(folder: Path) -> SharedBuild:
+    """tests/projects/basic copied into folder and its `tiny_linear` alone built by `lowerd build
+    tiny_linear --no-daemon --json` with a file where its cache folder would be (so, with no
+    cache): tests/test_cli.py reads it as a named target's build, tests/test_cache_integrity.py
+    as a build whose cache is unusable."""
+    root = copy_project(PROJECTS / "basic", folder / "basic")
+    not_a_folder = folder / "cache"
+    not_a_folder.write_bytes(b"")
+    run = lowerd(root, not_a_folder, "build", "tiny_linear", "--no-daemon", "--json")
+    return SharedBuild(root, not_a_folder, run)
 
 
 @dataclass(frozen=True)

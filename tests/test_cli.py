@@ -3,12 +3,14 @@
 Every build imports torch and ExecuTorch (several seconds), so the expensive runs are few and
 module-scoped, and the tests share them:
 
-- broken/: one `build --json` and one table `build` (which also shows that torch's dump of a
-  failed export is held back);
+- broken/: one `build --json` (at LOWERD_LOG_LEVEL=DEBUG, made once per session: conftest.py's
+  broken_debug_build, which tests/test_cli_isolation.py reads too) and one table `build` (which
+  also shows that torch's dump of a failed export is held back);
 - basic/: a cold `build --json` (made once per session: conftest.py's basic_build, which
   tests/test_daemon_rpc.py and tests/test_cache_integrity.py share), then on a copy of its cache
-  a warm one, a `--jobs 2` one, one after corrupting a cache entry (each run after the one
-  before, on one cache), and `build tiny_linear` on a fresh copy;
+  a warm one, a `--jobs 2` one, one after damaging two cache entries (each run after the one
+  before, on one cache), and `build tiny_linear` on a fresh copy with no cache (conftest.py's
+  named_build, which tests/test_cache_integrity.py reads too);
 - examples/: one `build --json --no-daemon`, made once per session (conftest.py's
   examples_build, which tests/test_quiet_output.py reads too).
 
@@ -87,8 +89,9 @@ BASIC_TARGETS = ["tiny_linear", "refused", "two_methods", "dynamic", "pkg"]
 
 
 @pytest.fixture(scope="module")
-def broken(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return copy_project(PROJECTS / "broken", tmp_path_factory.mktemp("broken") / "project")
+def broken(broken_debug_build: SharedBuild) -> Path:
+    """The project the `--json` run built in (shared: read it only)."""
+    return broken_debug_build.root
 
 
 @pytest.fixture(scope="module")
@@ -97,13 +100,18 @@ def broken_marks(broken: Path) -> dict[str, tuple[str, int]]:
 
 
 @pytest.fixture(scope="module")
-def broken_json(broken: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return lowerd(broken, tmp_path_factory.mktemp("broken-cache"), "build", "--json")
+def broken_json(broken_debug_build: SharedBuild) -> Run:
+    """`build --json`, made once per session with LOWERD_LOG_LEVEL=DEBUG (conftest.py's
+    broken_debug_build: tests/test_cli_isolation.py reads torch's account of the failure on its
+    stderr, rather than pay the imports of a run of its own): stdout is still the one document,
+    and its errors are the table run's, made at the default level."""
+    return broken_debug_build.run
 
 
 @pytest.fixture(scope="module")
-def broken_table(broken: Path, tmp_path_factory: pytest.TempPathFactory) -> Run:
-    return lowerd(broken, tmp_path_factory.mktemp("broken-table-cache"), "build")
+def broken_table(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    project = copy_project(PROJECTS / "broken", tmp_path_factory.mktemp("broken") / "project")
+    return lowerd(project, tmp_path_factory.mktemp("broken-table-cache"), "build")
 
 
 # target -> (error kind, LINE-MARK of the blamed line, words the message must contain)
@@ -351,11 +359,16 @@ class CorruptRun:
 
 @pytest.fixture(scope="module")
 def after_corruption(parallel: Run, basic: Path, basic_cache: Path) -> CorruptRun:
-    # A preprocess blob (memo entries, `<key>.<kind>`, are not what a partition's hit reads).
-    entry = next(p for p in blob_files(basic_cache) if "." not in p.name)
+    """One rebuild after two kinds of damage, each to its own partition's entry: one entry's
+    payload altered (its digest no longer matches), another's overwritten by a third, valid
+    entry of another key (tests/test_cache_integrity.py's entries bound to their keys; one run
+    for both, each run paying the torch and ExecuTorch imports)."""
+    # Preprocess blobs (memo entries, `<key>.<kind>`, are not what a partition's hit reads).
+    entry, poisoned, other = [p for p in blob_files(basic_cache) if "." not in p.name][:3]
     data = bytearray(entry.read_bytes())
     data[-1] ^= 0xFF  # the payload's last byte: the header's digest no longer matches
     entry.write_bytes(bytes(data))
+    shutil.copyfile(other, poisoned)
     run = rebuild(basic, basic_cache)
     return CorruptRun(run, entry, entry.read_bytes() if entry.is_file() else b"")
 
@@ -467,6 +480,18 @@ def test_corrupt_cache_entry_is_rebuilt(
     assert hashlib.sha256(data[header:]).digest() == data[len(MAGIC) : header]
 
 
+def test_a_poisoned_entry_is_not_served_to_a_build(
+    cold: Run, after_corruption: CorruptRun, basic: Path
+) -> None:
+    """An entry copied over another's (the run's second damage) is a miss, not the other
+    partition's blob served: the bytes are the cold build's, and the two damaged entries are
+    the run's only misses."""
+    document = assert_built(after_corruption.run, basic, BASIC_TARGETS)
+    assert shas(document) == shas(cold.json())
+    assert sum(t["cache"]["misses"] for t in document["targets"]) == 2
+    assert document["warnings"] == []
+
+
 def test_cache_stats_gc_and_clear(
     after_corruption: CorruptRun, basic: Path, basic_cache: Path
 ) -> None:
@@ -502,12 +527,13 @@ def test_cache_commands_do_not_import_torch(basic: Path, tmp_path: Path) -> None
         assert run.returncode == 0, run.log
 
 
-def test_build_one_named_target(cold: Run, tmp_path_factory: pytest.TempPathFactory) -> None:
-    project = copy_project(PROJECTS / "basic", tmp_path_factory.mktemp("one") / "project")
-    run = lowerd(project, tmp_path_factory.mktemp("one-cache"), "build", "tiny_linear", "--json")
+def test_build_one_named_target(cold: Run, named_build: SharedBuild) -> None:
+    """Built alone, in another folder, with no cache at all (conftest.py's named_build, whose
+    cache folder is a file: tests/test_cache_integrity.py reads the run's warning rather than
+    pay the imports of a run of its own): only its .pte, the same bytes as in the full build."""
+    project, run = named_build.root, named_build.run
     document = assert_built(run, project, ["tiny_linear"])
     assert [p.name for p in (project / "build").glob("*.pte")] == ["tiny_linear.pte"]
-    # Built alone, in another folder, with a cold cache: the same bytes as in the full build.
     assert shas(document) == {"tiny_linear": shas(cold.json())["tiny_linear"]}
 
 

@@ -8,8 +8,9 @@ Real `lowerd` subprocesses on copies of tests/projects (crashy/, broken/):
   through the daemon;
 - Ctrl-C ends an in-process build with exit code 130 and kills its running worker;
 - torch's own account of an export failure (its partial graph, its log records) is shown with
-  LOWERD_LOG_LEVEL=DEBUG (held back without it: tests/test_cli.py reads its broken/ table run,
-  rather than another process paying the torch and ExecuTorch imports).
+  LOWERD_LOG_LEVEL=DEBUG (conftest.py's broken_debug_build, whose document tests/test_cli.py
+  reads; held back without it: tests/test_cli.py reads its broken/ table run, rather than
+  another process paying the torch and ExecuTorch imports).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from helpers import (
     RUN_DEADLINE,
     TRACEBACK,
     Run,
+    SharedBuild,
     forks_of,
     interruptible,
     line_marks,
@@ -248,23 +250,12 @@ def test_through_the_daemon_a_model_that_prints_leaves_one_json_document(
 # torch's own account of an export failure ------------------------------------------------------
 
 
-def _export_failure(tmp_path: Path, **env: str) -> tuple[Path, Run]:
-    root = copy_project(PROJECTS / "broken", tmp_path / "broken")
-    args = ["build", "--no-daemon", "export_fail"]
-    done = subprocess.run(
-        [sys.executable, "-m", "lowerd", *args],
-        cwd=root,
-        env={**lowerd_env(tmp_path / "cache"), **env},
-        capture_output=True,
-        text=True,
-        timeout=RUN_DEADLINE,
-        check=False,
-    )
-    return root, Run(args, done.returncode, done.stdout, done.stderr)
-
-
-def test_lowerd_log_level_debug_shows_torch_s_account_of_the_failure(tmp_path: Path) -> None:
-    _, run = _export_failure(tmp_path, LOWERD_LOG_LEVEL="DEBUG")
+def test_lowerd_log_level_debug_shows_torch_s_account_of_the_failure(
+    broken_debug_build: SharedBuild,
+) -> None:
+    """broken/'s `build --json` at LOWERD_LOG_LEVEL=DEBUG (conftest.py's broken_debug_build, whose
+    document tests/test_cli.py reads: one run, not two paying the torch and ExecuTorch imports)."""
+    run = broken_debug_build.run
     assert run.returncode == 1, run.log
     assert "the graph torch.export traced before it failed" in run.stderr, run.log
     assert PARTIAL_GRAPH in run.stderr, run.log
