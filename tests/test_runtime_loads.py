@@ -102,9 +102,15 @@ def test_a_backend_the_device_does_not_register_is_an_error_at_its_first_partiti
 
 def test_a_build_that_would_not_load_fails(project: Path, built: dict[str, TargetResult]) -> None:
     config = load_config(project / "pyproject.toml")
-    for name, outcome in (("host", "ok"), ("device", "target_failed")):
+    for name, outcome, verdict in (
+        ("host", "ok", "ok"),
+        ("device", "target_failed", "does-not-load"),
+    ):
         batch = Batch(config, [config.targets[name]], use_cache=True, results={name: built[name]})
-        assert batch.outcome()[1] == outcome
+        document, said = batch.outcome()
+        assert said == outcome
+        # --json: the build stands (status), the command's verdict on the target does not
+        assert [(t["status"], t["verdict"]) for t in document["targets"]] == [("ok", verdict)]
         assert Path(built[name].output or "").is_file()  # written all the same
 
 
@@ -128,7 +134,9 @@ def test_verify_fails_a_program_its_declared_runtime_cannot_load(
     assert shown.startswith("device: ERROR  (the op list device_ops.yaml, "), shown
     assert f"\n  {missing}: the method cannot load (OperatorMissing)\n" in shown, shown
     batch = Batch(config, [config.targets["device"]], use_cache=True, results={"device": result})
-    assert batch.outcome()[1] == "target_failed"
+    document, outcome = batch.outcome()
+    assert outcome == "target_failed"
+    assert document["targets"][0]["verdict"] == "does-not-load"  # never "ok" (issue 32 §4)
 
 
 def test_oplist_is_gen_oplists_and_declares_a_runtime_that_loads(

@@ -85,12 +85,8 @@ class Batch:
         document = encode(BuildDocument(str(self.config.path), results, warnings))
         # A .pte its runtime would refuse is written, and still a failure of the build; so is
         # one whose verification failed (it runs, but not as eager does).
-        failed = any(not result.ok or not result.loads or _unverified(result) for result in results)
+        failed = any(result.verdict != "ok" for result in results)
         return document, "target_failed" if failed else "ok"
-
-
-def _unverified(result: TargetResult) -> bool:
-    return result.verification is not None and not result.verification.passed
 
 
 def cache_warnings(

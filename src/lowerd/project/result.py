@@ -23,6 +23,9 @@ from lowerd.project.verification import Verification
 from lowerd.project.wire import wire_field, wire_shape
 
 Status = Literal["ok", "error"]
+# What the command makes of a target (TargetResult.verdict): `status` says whether the build made
+# the .pte; the verdict also holds it to the checks after the build.
+Verdict = Literal["ok", "error", "does-not-load", "verify-failed"]
 
 
 @dataclass(frozen=True)
@@ -147,9 +150,10 @@ class TargetCoverage:
 
 
 @wire_shape(
-    computed=("coverage",),
+    computed=("coverage", "verdict"),
     order=(
-        *("name", "status", "output", "sha256", "seconds", "reused", "cache", "methods", "error"),
+        *("name", "status", "verdict", "output", "sha256", "seconds", "reused", "cache"),
+        *("methods", "error"),
         *("entry", "modules", "memo", "backend_options", "coverage", "data_files", "quantize"),
     ),
 )
@@ -254,6 +258,20 @@ class TargetResult:
     def loads(self) -> bool:
         """Not known not to load on its runtime (a build that made no check loads)."""
         return self.runtime is None or self.runtime.loads
+
+    @property
+    def verdict(self) -> Verdict:
+        """"ok" only when the build made the .pte, its runtime would load it and its
+        verification (if asked) passed; the exit code follows it. A .pte its runtime refuses, or
+        whose outputs are not eager's, is written (status "ok": the build stands, and the next
+        one does not redo it) and still fails the command."""
+        if not self.ok:
+            return "error"
+        if not self.loads:
+            return "does-not-load"
+        if self.verification is not None and not self.verification.passed:
+            return "verify-failed"
+        return "ok"
 
     @property
     def coverage(self) -> TargetCoverage:
