@@ -261,10 +261,10 @@ class TargetResult:
 
     @property
     def verdict(self) -> Verdict:
-        """ "ok" only when the build made the .pte, its runtime would load it and its
-        verification (if asked) passed; the exit code follows it. A .pte its runtime refuses, or
-        whose outputs are not eager's, is written (status "ok": the build stands, and the next
-        one does not redo it) and still fails the command."""
+        """The command's verdict: "ok" only when the build made the .pte, its runtime would load
+        it and its verification (if asked) passed; the exit code follows it. A .pte its runtime
+        refuses, or whose outputs are not eager's, is written (status "ok": the build stands,
+        and the next one does not redo it) and still fails the command."""
         if not self.ok:
             return "error"
         if not self.loads:
