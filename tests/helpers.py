@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -471,6 +472,26 @@ def forks_of(pid: int) -> list[int]:
         return [int(c) for c in children if Path(f"/proc/{c}/cmdline").read_bytes() == command]
     except OSError:  # one ended meanwhile: look again
         return []
+
+
+def wait_ended(pid: int, what: str, deadline: float = DEADLINE) -> None:
+    """Block until the process `pid` (anyone's child) has ended: its pidfd becomes readable
+    when it exits. `deadline` only bounds a failing test."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:  # ended and reaped already
+        return
+    try:
+        readable, _, _ = select.select([pidfd], [], [], deadline)
+    finally:
+        os.close(pidfd)
+    if not readable:
+        raise AssertionError(f"waited {deadline:.0f} s for {what} to end")
+
+
+def threads_of(pid: int) -> int:
+    """How many threads the process `pid` has (/proc/PID/task)."""
+    return len(os.listdir(f"/proc/{pid}/task"))
 
 
 def interruptible() -> None:

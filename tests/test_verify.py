@@ -33,6 +33,8 @@ from helpers import (
     lowerd,
     lowerd_env,
     lowerd_without_torch,
+    threads_of,
+    wait_ended,
     wait_until,
 )
 from testkit.projects import copy_project
@@ -246,9 +248,11 @@ entry = "models/nets.py:make"
 """
 
 
-def test_a_killed_worker_takes_its_runtime_child_along(tmp_path: Path) -> None:
-    """kill -9 of the build worker while its runtime child runs: the child dies with it (it
-    lived on with parent 1, issue 32 point 2) and `lowerd verify` ends with the worker's crash."""
+def test_a_killed_worker_takes_its_zygote_and_runtime_child_along(tmp_path: Path) -> None:
+    """The runtime's child is a fork of the worker's zygote, which has one thread while it forks
+    (forked itself before the worker's entry ran torch: no OpenMP pool is inherited, issue 32
+    point 1); kill -9 of the worker ends the zygote and the child (the child lived on with
+    parent 1, point 2), and `lowerd verify` ends with the worker's crash."""
     root = copy_project(PROJECT, tmp_path / "verify")
     (root / "pyproject.toml").write_text(ENDLESS)
     # Files, not pipes: a child left running would hold a pipe open, and the test would wait.
@@ -262,14 +266,20 @@ def test_a_killed_worker_takes_its_runtime_child_along(tmp_path: Path) -> None:
         )
     worker = child = 0
     try:
-        # The worker is a fork of the command, the runtime's child a fork of the worker.
-        worker, child = wait_until(
-            lambda: next(((w, c) for w in forks_of(verify.pid) for c in forks_of(w)), None),
+        # The worker is a fork of the command, its zygote a fork of the worker, the runtime's
+        # child a fork of the zygote.
+        worker, zygote, child = wait_until(
+            lambda: next(
+                ((w, z, c) for w in forks_of(verify.pid) for z in forks_of(w) for c in forks_of(z)),
+                None,
+            ),
             deadline=RUN_DEADLINE,
-            what="the worker's runtime child",
+            what="the runtime child of the worker's zygote",
         )
+        assert threads_of(zygote) == 1  # as when it forked the child: it never starts one
         os.kill(worker, signal.SIGKILL)
-        wait_until(lambda: not process_alive(child), what=f"the runtime child {child} to end")
+        wait_ended(zygote, f"the zygote {zygote}")
+        wait_ended(child, f"the runtime child {child}")
         verify.wait(timeout=RUN_DEADLINE)
     finally:
         verify.kill()

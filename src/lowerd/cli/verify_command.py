@@ -3,8 +3,8 @@
 The targets named (all without names) verify whatever their `verify` key says. A target whose
 last build verified with the same settings and is still up to date is answered from its record;
 the others build in forks of this process (worker/local_builds.py), whose verification stage runs
-the runtime in a child of its own (lowering/runtime_run.py). A program verified before is not run
-again (the verification memo), unless `--bench` asks for its latency anew.
+the runtime in a child of their runtime zygote (lowering/runtime_zygote.py). A program verified
+before is not run again (the verification memo), unless `--bench` asks for its latency anew.
 """
 
 from __future__ import annotations

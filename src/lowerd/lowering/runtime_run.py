@@ -1,29 +1,26 @@
-"""Run a .pte on this host's ExecuTorch runtime, in a child of the build worker.
+"""Run a .pte on this host's ExecuTorch runtime, in a child forked from the worker's zygote.
 
 The runtime is native code: a program it rejects raises, but one it mis-reads may crash the
-process. So the program runs in a fork of the worker (the worker has torch and ExecuTorch
-loaded already): a crash or a hang ends only the child, and the verification says so ("the
-runtime crashed: SIGSEGV") instead of the build dying. What the child sends back through its pipe
-is plain data: each case's output tensors, or the runtime's error, and the latency profile.
+process. So the program runs in a child process: a crash or a hang ends only the child, and the
+verification says so ("the runtime crashed (SIGSEGV)") instead of the build dying.
 
-A fork, not a fresh interpreter: one pays `import torch` and ExecuTorch's runtime again (9 s of
-CPU measured on a 2-core host, 0.2 s for the fork's whole run). But the worker's eager run has
-started GNU OpenMP's thread pool, whose threads a fork does not copy: the child's first parallel
-ATen op (the pybindings clone each output; one of 32 Ki elements or more is parallel) waited on
-them for ever (gomp_team_barrier_wait_end). So the child puts ATen on one thread before the
-runtime runs: no op of it enters OpenMP. The runtime's own kernels and delegates use its own
-thread pool, made in the child, so the latency measured is unchanged.
+The child is a fork of the worker's runtime zygote (runtime_zygote.py), forked when the worker
+started, before its entry ran a torch op: never of the worker itself, whose eager run started
+GNU OpenMP's thread pool, whose threads a fork does not copy (a child's first parallel ATen op,
+the pybindings' clone of an output of 32 Ki elements or more, waited on them for ever). A fork,
+not a fresh interpreter: one pays `import torch` and ExecuTorch's runtime again (9 s of CPU
+measured on a 2-core host, 0.2 s for the fork's whole run); the zygote has them imported.
 
-The child dies with its worker (PR_SET_PDEATHSIG): a worker killed with SIGKILL runs no clean-up,
-and its child lived on with parent 1, holding the CLI's stdout open.
+What crosses to the child and back is typed and serialized by project/wire.py's converter
+(msgpack): the request (RunRequest: the program's bytes, its data file, the inputs), the answer
+(RuntimeRun: each case's outputs or the runtime's error, the latency profiles), tensors as
+lowering/tensor_codec.py's PlainTensor.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
-import pickle
 import re
 import signal
 import tempfile
@@ -31,22 +28,32 @@ import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import msgpack
+import torch
+
+import lowerd.lowering.tensor_codec  # noqa: F401 - torch.Tensor's wire form
 from lowerd.lowering.runtime_profile import MethodProfile, method_instructions, profile_of
-from lowerd.project.parent_death import die_with_parent
+from lowerd.lowering.runtime_zygote import ZygoteGone, start_zygote, stop_zygote, zygote
+from lowerd.project.wire import WireError, decode, encode
+
+T = TypeVar("T")
 
 # A method that has not answered in this long is taken for hung.
 RUN_TIMEOUT_SECONDS = 300.0
 # The debug buffer the runtime fills with intermediate outputs when asked (localization).
 DEBUG_BUFFER_BYTES = 64 << 20
 
+# What the runtime takes and gives: tensors and the scalars an EValue holds.
+Value = torch.Tensor | bool | int | float | str | None
+
 
 @dataclass(frozen=True)
 class CaseRun:
     """One input tuple run: the method's outputs (tensors), or the runtime's error."""
 
-    outputs: tuple[Any, ...] = ()
+    outputs: tuple[Value, ...] = ()
     error: str | None = None
 
 
@@ -60,7 +67,7 @@ class RuntimeRun:
     error: str | None = None
     # With `debug`: each method's intermediate outputs on its first input tuple, by the
     # instruction of its chain that made them (a delegate call's outputs, a kernel's).
-    intermediates: Mapping[str, Mapping[int, tuple[Any, ...]]] = field(default_factory=dict)
+    intermediates: Mapping[str, Mapping[int, tuple[Value, ...]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -70,60 +77,79 @@ class RunRequest:
 
     pte: bytes
     ptd: bytes | None
-    inputs: Mapping[str, Sequence[Sequence[Any]]]
+    inputs: Mapping[str, Sequence[Sequence[Value]]]
     warmup: int
     runs: int
     debug: bool = False  # also each method's intermediate outputs (ETDump's debug buffer)
 
 
+def start_runtime_zygote(close: Sequence[int] = ()) -> None:
+    """Fork this process's runtime zygote now: a build worker, at its start, before its entry
+    runs torch (worker/forkserver.py); `close`, descriptors the zygote must not hold."""
+    start_zygote(_answer, close)
+
+
+def stop_runtime_zygote() -> None:
+    stop_zygote()
+
+
 def run_on_runtime(request: RunRequest) -> RuntimeRun:
-    """The request run in a forked child; its death or silence is a RuntimeRun with an error."""
-    context = multiprocessing.get_context("fork")
-    receiving, sending = context.Pipe(duplex=False)
-    child = context.Process(target=_child, args=(request, sending, os.getpid()), daemon=True)
-    child.start()
-    sending.close()
+    """The request run in a child of the zygote; its death or silence is a RuntimeRun with an
+    error."""
     try:
-        if not receiving.poll(RUN_TIMEOUT_SECONDS):
-            return RuntimeRun(error=f"the runtime did not finish in {RUN_TIMEOUT_SECONDS:.0f} s")
-        run: RuntimeRun = pickle.loads(receiving.recv_bytes())
-        return run
-    except EOFError:  # the child ended without a word: the runtime took it down
-        child.join(5)
-        return RuntimeRun(error=_death(child.exitcode))
-    finally:
-        receiving.close()
-        if child.is_alive():
-            child.kill()
-        child.join(5)
+        payload = _packed(request)
+    except (TypeError, ValueError) as error:  # an input msgpack has no form for
+        return RuntimeRun(error=f"an input cannot be given to the runtime: {error}")
+    try:
+        ended = zygote(_answer).run(payload, RUN_TIMEOUT_SECONDS)
+    except ZygoteGone as gone:
+        stop_zygote()  # the next request forks another
+        return RuntimeRun(error=str(gone))
+    if ended is None:
+        return RuntimeRun(error=f"the runtime did not finish in {RUN_TIMEOUT_SECONDS:.0f} s")
+    if ended.status != 0:  # the child ended without a word: the runtime took it down
+        return RuntimeRun(error=_death(ended.status))
+    try:
+        return _unpacked(RuntimeRun, ended.answer)
+    except (WireError, ValueError, msgpack.UnpackException) as error:
+        return RuntimeRun(error=f"the runtime's answer is unreadable: {error}")
 
 
-def _death(code: int | None) -> str:
-    if code is not None and code < 0:
+def _death(code: int) -> str:
+    if code < 0:
         return f"the runtime crashed ({signal.Signals(-code).name})"
     return f"the runtime ended its process (exit code {code})"
 
 
-def _child(request: RunRequest, sending: Any, parent: int) -> None:
-    try:
-        die_with_parent(signal.SIGKILL, parent)
+def _answer(request: bytes, threaded: bool) -> bytes:
+    """The child's work: the request run, the answer packed (a runtime's rejection in its
+    words)."""
+    if threaded:
         _on_one_thread()
-        try:
-            run = _run(request)
-        except Exception as error:  # the runtime's rejection, in its words
-            run = RuntimeRun(error=_runtime_message(error))
-        # Plain pickle: multiprocessing's own would share the tensors' memory by descriptors.
-        sending.send_bytes(pickle.dumps(run))
-        sending.close()
-    finally:
-        os._exit(0)  # not the worker's exit handlers: they belong to the parent
+    try:
+        run = _run(_unpacked(RunRequest, request))
+    except Exception as error:  # the runtime's rejection, in its words
+        run = RuntimeRun(error=_runtime_message(error))
+    try:
+        return _packed(run)
+    except (TypeError, ValueError) as error:
+        return _packed(RuntimeRun(error=f"the runtime gave a value lowerd cannot read: {error}"))
 
 
 def _on_one_thread() -> None:
-    """ATen on this thread alone: the worker's OpenMP threads were not forked with it."""
-    import torch
-
+    """ATen on this thread alone: a zygote forked from a process with threads may have handed
+    this child a started OpenMP pool without its threads (runtime_zygote.py's `threaded`)."""
     torch.set_num_threads(1)
+
+
+def _packed(value: object) -> bytes:
+    packed: bytes = msgpack.packb(encode(value), use_bin_type=True)
+    return packed
+
+
+def _unpacked(cls: type[T], payload: bytes) -> T:
+    # strict_map_key off: the intermediates are keyed by instruction number
+    return decode(cls, msgpack.unpackb(payload, raw=False, strict_map_key=False))
 
 
 def _run(request: RunRequest) -> RuntimeRun:

@@ -1,8 +1,9 @@
 """Processes lowerd forks die with their parent: prctl(PR_SET_PDEATHSIG) through ctypes.
 
 A SIGKILL of the parent runs none of its clean-up, so only the kernel can end what it started:
-the fork server while it warms up (worker/forkserver.py), a build worker's runtime child
-(lowering/runtime_run.py), which else lived on with parent 1, holding the CLI's stdout open.
+the fork server while it warms up (worker/forkserver.py), a build worker's runtime zygote and
+its children (lowering/runtime_zygote.py): a runtime child lived on with parent 1, holding the
+CLI's stdout open.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ messages in:  protocol.WorkerJob (with the pipe's fd), protocol.PreloadRequest
 messages out: protocol.ForkServerMessage (ready, started, exited, preloaded)
 worker events (on the pipe): protocol.WorkerEvent (progress..., partitioned..., a verifying
 target's built result, libraries, peak_rss, then the result)
+A verifying target's worker forks its runtime zygote first (lowering/runtime_zygote.py).
 """
 
 from __future__ import annotations
@@ -392,6 +393,8 @@ def _build(job: WorkerJob, events: BinaryIO) -> None:
         if job.out_dir:
             config = replace(config, out_dir=Path(job.out_dir))
         target = config.targets[job.target]
+        if target.verify:  # before the entry runs torch, and before the store starts threads
+            _start_runtime_zygote(events)
         store = store_for(config) if job.use_cache else None
     except (LowerdError, KeyError) as error:
         send(ResultEvent(_config_failure(job, error)))
@@ -412,6 +415,10 @@ def _build(job: WorkerJob, events: BinaryIO) -> None:
         bench=bool(job.bench),
         on_built=built,
     )
+    if target.verify:  # its CPU, and its children's, counted in this worker's before it exits
+        from lowerd.lowering.runtime_run import stop_runtime_zygote
+
+        stop_runtime_zygote()
     if job.warm_libraries and config.warm_libraries:  # for the server's next forks
         send(LibrariesEvent(tuple(imported_libraries(modules_before, config.root))))
     # Before the result, so the supervisor has it when the build ends: the daemon decides by
@@ -423,6 +430,15 @@ def _build(job: WorkerJob, events: BinaryIO) -> None:
             remember_peak_rss(config, target, peak)
     send(PeakRssEvent(peak))
     send(ResultEvent(_out_of_memory(result, job.memory_limit)))
+
+
+def _start_runtime_zygote(events: BinaryIO) -> None:
+    """The process the verification's runtime children are forked from, forked while this
+    worker has run no torch op (lowering/runtime_zygote.py): none of them inherits the OpenMP
+    pool its eager run starts. Only a verifying target's worker pays for it."""
+    from lowerd.lowering.runtime_run import start_runtime_zygote
+
+    start_runtime_zygote(close=(events.fileno(),))  # the supervisor waits for that pipe's end
 
 
 def _out_of_memory(result: TargetResult, limit: int | None) -> TargetResult:
