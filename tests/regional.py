@@ -21,7 +21,8 @@ from lowerd.lowering.region_edge import RegionalEdge, RegionalRun
 from lowerd.lowering.template_store import TemplateStore
 
 from helpers import PROJECTS
-from stock import call_entry
+from known_stock import known_or_live, program_digest
+from stock import call_entry, sha256
 
 # Part of optimum's save_config_to_constant_methods (get_head_dim is a float).
 CONSTANT_METHODS = {"get_max_seq_len": 64, "use_kv_cache": True, "get_head_dim": 16.0}
@@ -87,6 +88,27 @@ def regional_and_stock(
     with EdgeSpeedups(None).installed(), regional.installed():
         mine = lowered(program, mine_options, edges)
     return stock, mine, regional.runs
+
+
+def regional_against_stock(
+    name: str,
+    program: Any,
+    options: Callable[[], dict[str, Any]] = dict,
+    again: Callable[[], Any] | None = None,
+) -> tuple[str, str, list[RegionalRun]]:
+    """regional_and_stock's digests, stock's from tests/stock_digests.json under `name` where it
+    holds this program with these versions (tests/known_stock.py), else lowered live as
+    regional_and_stock does, before the regional lowering. For the tests that read only the
+    bytes of the stock run (not its manager)."""
+    live = lambda: sha256(lowered(program, options()))  # noqa: E731
+    stock = known_or_live(name, program_digest(program), live)
+    mine_options = options()
+    regional = RegionalEdge(mine_options.get("transform_passes"))
+    if again is not None:
+        program = again()
+    with EdgeSpeedups(None).installed(), regional.installed():
+        mine = lowered(program, mine_options)
+    return stock, sha256(mine), regional.runs
 
 
 def replay_metadata(manager: Any) -> list[Any]:

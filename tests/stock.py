@@ -33,6 +33,7 @@ __all__ = [
     "entry_function",
     "forget_project_modules",
     "importable_copy",
+    "known_stock_digest",
     "optimum_pte",
     "optimum_quantize_model",
     "sha256",
@@ -101,6 +102,17 @@ def stock_pte(root: Path, entry: str, backends: list[str]) -> bytes:
     if key not in _STOCK_PTES:
         _STOCK_PTES[key] = _shared_or_lowered(key, root, entry, backends)
     return _STOCK_PTES[key]
+
+
+def known_stock_digest(name: str, root: Path, entry: str, backends: list[str]) -> str:
+    """sha256(stock_pte(...)), or tests/stock_digests.json's under `name` for these files with
+    these versions (tests/known_stock.py): for the heavier projects whose stock bytes only their
+    digest is compared with."""
+    from known_stock import known_or_live
+
+    key = (_tree_digest(root), entry, tuple(backends))
+    input_digest = hashlib.sha256(repr(key).encode()).hexdigest()
+    return known_or_live(name, input_digest, lambda: sha256(stock_pte(root, entry, backends)))
 
 
 def _shared_or_lowered(

@@ -26,7 +26,14 @@ from lowerd.project.config import load_config
 from lowerd.project.result import TargetResult
 
 from helpers import PROJECTS
-from stock import call_entry, forget_project_modules, importable_copy, sha256, stock_pte
+from stock import (
+    call_entry,
+    forget_project_modules,
+    importable_copy,
+    known_stock_digest,
+    sha256,
+    stock_pte,
+)
 
 EXAMPLES = PROJECTS.parents[1] / "examples"
 
@@ -136,7 +143,9 @@ def test_lowerd_equals_stock_with_replays_skipped(
     root, result, speedups = examples_lowered(name)
     assert speedups.skipped == skipped
     assert speedups.replayed == 3 * generations - skipped
-    assert result.sha256 == stock_digest(root, name)
+    target = load_config(root / "pyproject.toml").targets[name]
+    entry, backends = target.entry.value, list(target.backends)
+    assert result.sha256 == known_stock_digest(f"examples-{name}", root, entry, backends)
 
 
 def test_a_replay_with_work_to_do_runs(
@@ -151,7 +160,8 @@ def test_a_replay_with_work_to_do_runs(
         (False, "aten.conv2d.default is in the table"),
         (True, "no op of the table in the graph"),
     ]
-    assert result.sha256 == sha256(stock_pte(root, "models/cnn.py:make", ["xnnpack"]))
+    stock = known_stock_digest("examples-cnn", root, "models/cnn.py:make", ["xnnpack"])
+    assert result.sha256 == stock
 
 
 def test_metadata_a_replay_drops_forces_it(tmp_path: Path, store: BlobStore) -> None:
@@ -164,7 +174,7 @@ def test_metadata_a_replay_drops_forces_it(tmp_path: Path, store: BlobStore) -> 
         fast = lower(root, "models/qnet.py:make")
     assert speedups.skipped == 0
     assert "IS_IMPLICIT_Q_DQ_TAG" in speedups.replays[-1].why
-    assert sha256(fast) == sha256(stock_pte(root, "models/qnet.py:make", ["xnnpack"]))
+    assert sha256(fast) == known_stock_digest("qnet", root, "models/qnet.py:make", ["xnnpack"])
     forget_project_modules(root)
 
 

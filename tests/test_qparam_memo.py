@@ -15,7 +15,7 @@ from lowerd.project.config import ProjectConfig
 from lowerd.project.result import TargetResult
 
 from helpers import ColdBuild, cold_rebuild
-from stock import sha256, stock_pte
+from stock import known_stock_digest
 from testkit.projects import write_text_atomic
 
 ENTRY = "models/qnet.py:make"
@@ -47,7 +47,7 @@ def test_a_head_edit_serves_the_backbone_searches_and_equals_stock(
     counts = after_edit.memo["qparams"]
     assert counts["hits"] >= searches - 2, counts  # only the head's observers saw new values
     assert after_edit.sha256 != first.sha256
-    assert after_edit.sha256 == sha256(stock_pte(project, ENTRY, ["xnnpack"]))
+    assert after_edit.sha256 == known_stock_digest("qnet-head-relu", project, ENTRY, ["xnnpack"])
 
 
 def test_a_corrupt_memo_entry_is_recomputed_and_the_pte_still_equals_stock(
@@ -65,7 +65,7 @@ def test_a_corrupt_memo_entry_is_recomputed_and_the_pte_still_equals_stock(
     again = build(config, store)
 
     assert again.memo["qparams"]["misses"] >= len(entries)
-    assert again.sha256 == first.sha256 == sha256(stock_pte(project, ENTRY, ["xnnpack"]))
+    assert again.sha256 == first.sha256 == known_stock_digest("qnet", project, ENTRY, ["xnnpack"])
 
 
 class _TunedObserver(HistogramObserver):

@@ -25,7 +25,7 @@ from lowerd.project.wire import decode, encode
 
 from helpers import PROJECTS
 from regional import spying
-from stock import forget_project_modules, importable_copy, sha256, stock_pte
+from stock import forget_project_modules, importable_copy, known_stock_digest
 
 ENTRY = "models/llama.py:make"
 
@@ -43,7 +43,7 @@ def layers_built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             forget_project_modules(root)
             result = build_target(config, config.targets["llama"], BlobStore(folder / "cache"))
             assert result.status == "ok", result.error
-            stock = sha256(stock_pte(root, ENTRY, ["xnnpack"]))
+            stock = known_stock_digest("layers", root, ENTRY, ["xnnpack"])
             edited = rebuilt_with_layer_0_plain(root, config, BlobStore(folder / "cache"))
         [regional, again] = seen
         edited["runs"] = again.runs
@@ -65,7 +65,7 @@ def rebuilt_with_layer_0_plain(root: Any, config: Any, store: BlobStore) -> dict
     forget_project_modules(root)
     result = build_target(config, config.targets["llama"], store)
     assert result.status == "ok", result.error
-    stock = sha256(stock_pte(root, ENTRY, ["xnnpack"]))
+    stock = known_stock_digest("layers-layer-0-plain", root, ENTRY, ["xnnpack"])
     generation = result.methods["forward"].edge_generation
     return {"sha256": result.sha256, "stock": stock, "cache": result.cache, "says": generation}
 

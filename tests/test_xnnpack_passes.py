@@ -17,7 +17,8 @@ from lowerd.lowering import edge_speedups, xnnpack_passes
 from lowerd.lowering.xnnpack_passes import XnnpackPassSkips
 
 from helpers import PROJECTS
-from stock import call_entry, forget_project_modules, sha256, stock_pte
+from known_stock import known_or_live, program_digest
+from stock import call_entry, forget_project_modules, known_stock_digest
 
 
 class _ResidualCnn(nn.Module):
@@ -104,26 +105,35 @@ def _quantized(tmp_path: Path) -> tuple[nn.Module, tuple]:
 
 
 def _lower(make: Callable[[], tuple[nn.Module, tuple]]) -> str:
-    """The sha256 of a stock lowering of make()'s model to XNNPACK."""
+    """The sha256 of a lowering of make()'s model to XNNPACK (as what is installed makes it)."""
+    model, args = make()
+    return _lowered(torch.export.export(model, args))
+
+
+def _lowered(program: Any) -> str:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    model, args = make()
-    program = torch.export.export(model, args)
     edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
     return hashlib.sha256(bytes(edge.to_executorch().buffer)).hexdigest()
 
 
-# make -> _lower(make) with nothing of lowerd's installed, for the module's own model factories
-# (their models are seeded: the same make always gives the same model).
-_STOCK: dict[Callable[[], tuple[nn.Module, tuple]], str] = {}
+# name -> the stock digest, for the module's own model factories (their models are seeded: the
+# same make always gives the same model).
+_STOCK: dict[str, str] = {}
 
 
-def _stock(make: Callable[[], tuple[nn.Module, tuple]]) -> str:
-    """The stock digest of make()'s model, lowered once per session."""
-    if make not in _STOCK:
-        _STOCK[make] = _lower(make)
-    return _STOCK[make]
+def _stock(name: str, make: Callable[[], tuple[nn.Module, tuple]]) -> str:
+    """The stock digest of make()'s model, with nothing of lowerd's installed: once per session,
+    and from tests/stock_digests.json for the versions and program it was made with
+    (tests/known_stock.py), lowered live otherwise."""
+    if name not in _STOCK:
+        model, args = make()
+        program = torch.export.export(model, args)
+        _STOCK[name] = known_or_live(
+            f"xnnpack-passes-{name}", program_digest(program), lambda: _lowered(program)
+        )
+    return _STOCK[name]
 
 
 def _skipped_by(skips: XnnpackPassSkips) -> set[str]:
@@ -152,7 +162,7 @@ def test_a_cnn_skips_what_it_does_not_hold_and_equals_stock() -> None:
     ran = [run.name for run in skips.runs if not run.skipped]
     assert ran[:2] == ["XNNPACKRemoveCloneOpsTransform", "DimOrderOpsRevertPass"]
     assert {"FuseBatchNormPass", "FuseActivationPass", "ChannelsLastTaggedReshapePass"} <= set(ran)
-    assert fast == _stock(_cnn)
+    assert fast == _stock("cnn", _cnn)
 
 
 @pytest.mark.parametrize("edit", ["start", "middle", "end", "weight"])
@@ -161,7 +171,7 @@ def test_an_edited_cnn_equals_stock(edit: str) -> None:
     with skips.installed():
         fast = _lower(_edited_cnn(edit))
     assert skips.skipped >= len(CNN_SKIPS) - 1  # a tanh may share a partition with what it follows
-    assert fast == _lower(_edited_cnn(edit))
+    assert fast == _stock(f"cnn-{edit}", _edited_cnn(edit))
 
 
 def test_a_model_that_triggers_the_passes_runs_them_and_equals_stock() -> None:
@@ -175,7 +185,7 @@ def test_a_model_that_triggers_the_passes_runs_them_and_equals_stock() -> None:
         "DecomposeConcatenate",
         "Conv1dUnsqueezePass",
     } <= ran, skips.runs
-    assert fast == _stock(_many_ops)
+    assert fast == _stock("many_ops", _many_ops)
 
 
 def test_a_quantized_model_equals_stock(tmp_path: Path) -> None:
@@ -185,7 +195,8 @@ def test_a_quantized_model_equals_stock(tmp_path: Path) -> None:
     assert "PropagateCustomMetaPass" not in _skipped_by(skips)  # its Q/DQ nodes
     assert skips.skipped > 0
     # _lower's stock lowering, as tests/stock.py does it (once per session for this project).
-    assert fast == sha256(stock_pte(tmp_path / "quantized", "models/qnet.py:make", ["xnnpack"]))
+    root = tmp_path / "quantized"
+    assert fast == known_stock_digest("qnet", root, "models/qnet.py:make", ["xnnpack"])
 
 
 @pytest.mark.parametrize("make", [_cnn, _many_ops], ids=["cnn", "many_ops"])
@@ -287,7 +298,7 @@ def test_other_versions_run_every_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     with skips.installed():
         fast = _lower(_cnn)
     assert skips.runs == []
-    assert fast == _stock(_cnn)
+    assert fast == _stock("cnn", _cnn)
 
 
 def test_the_pattern_graphs_targets_are_kept_in_the_store(tmp_path: Path) -> None:
