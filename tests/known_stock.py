@@ -43,6 +43,24 @@ def known_or_live(name: str, input_digest: str, live: Callable[[], str]) -> str:
     return digest
 
 
+def files_digest(*paths: Path) -> str:
+    """The input digest of a stock run that these files alone make (names and contents): for a
+    test whose stock calls are its own code on a project's files."""
+    digest = hashlib.sha256()
+    for path in sorted(file for each in paths for file in _files(each)):
+        data = path.read_bytes()
+        digest.update(f"{path.name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    skipped = {"build", "__pycache__"}
+    return [f for f in path.rglob("*") if f.is_file() and not skipped & set(f.parts)]
+
+
 def versions() -> dict[str, str]:
     return {library: version(library) for library in LIBRARIES}
 
