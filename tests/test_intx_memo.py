@@ -19,6 +19,7 @@ from lowerd.project.edge_generation import EdgeGeneration
 from lowerd.project.result import TargetResult
 
 from helpers import ColdBuild, cold_rebuild
+from known_stock import files_digest, known_or_live
 from stock import call_entry, sha256
 from testkit.projects import write_text_atomic
 from testkit.stock_lowering import lower_stock
@@ -139,7 +140,12 @@ def test_regional_edge_generation_and_the_memo_give_stock_s_bytes(tmp_path: Path
     for result, reused in ((cold.result, 0), (again, 2)):
         regional = EdgeGeneration.regional(regions=4, templates=2, reused=reused)
         assert [method.edge_generation for method in result.methods.values()] == [regional]
-    made = call_entry(config.root, "models/linears.py:make_layers")
-    optimum_quantize_model(made[0], "8da4w")
-    stock = sha256(lower_stock(made, [XnnpackPartitioner()])[1])
+
+    def live() -> str:
+        made = call_entry(config.root, "models/linears.py:make_layers")
+        optimum_quantize_model(made[0], "8da4w")
+        return sha256(lower_stock(made, [XnnpackPartitioner()])[1])
+
+    # tests/stock_digests.json's for these versions and files (tests/known_stock.py), else live
+    stock = known_or_live("intx-layers", files_digest(Path(__file__), config.root), live)
     assert cold.result.sha256 == again.sha256 == stock
