@@ -22,7 +22,11 @@ With --unchanged, it also re-exports the first export's module unchanged (what t
 gets when the passes change nothing) and lists the fields in which that program differs from the
 first: why lowerd never skips the second export (docs/cache.md, "Export").
 
+With --torch-guards, the exports write their guard functions with torch's own CSE pass instead
+of lowerd's shortcut (lowering/export_speedups.py): the before of that shortcut.
+
     python -m bench.bench_export [--layers 4,16] [--hidden 256] [--decompositions] [--unchanged]
+        [--torch-guards]
 """
 
 from __future__ import annotations
@@ -106,9 +110,16 @@ def model(layers: int, hidden: int) -> Any:
     return method
 
 
-def measure(layers: int, hidden: int, decompositions: bool, unchanged: bool) -> dict[str, Any]:
+def measure(
+    layers: int, hidden: int, decompositions: bool, unchanged: bool, torch_guards: bool = False
+) -> dict[str, Any]:
     """One depth, in this process: lowerd's export stage, timed by sub-stage."""
     import torch
+
+    if torch_guards:  # the shortcut's fallback: torch's own build_guard_function
+        import lowerd.lowering.export_speedups as export_speedups
+
+        export_speedups.validated_versions = lambda: False
     from executorch.extension.llm.export.export_passes import RemoveRedundantTransposes
 
     from lowerd.lowering.blame import Blame
@@ -211,14 +222,22 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--decompositions", action="store_true")
     parser.add_argument("--unchanged", action="store_true")
+    parser.add_argument("--torch-guards", action="store_true")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a worker
     given = parser.parse_args()
     if given.one:
-        found = measure(int(given.layers), given.hidden, given.decompositions, given.unchanged)
+        found = measure(
+            int(given.layers),
+            given.hidden,
+            given.decompositions,
+            given.unchanged,
+            given.torch_guards,
+        )
         print(json.dumps(found))
         return
     flags = [f for f, on in (("--decompositions", given.decompositions),) if on]
     flags += ["--unchanged"] if given.unchanged else []
+    flags += ["--torch-guards"] if given.torch_guards else []
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "src"))
     rows = []
     for layers in given.layers.split(","):

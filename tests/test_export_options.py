@@ -6,6 +6,8 @@ not the default's), each keyed in the build's inputs and the program fingerprint
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -186,6 +188,34 @@ def test_each_option_is_the_stock_scripts(
     with_option, without = STOCK[name]
     assert result.sha256 == stock_digest(with_option)
     assert result.sha256 != stock_digest(without)  # the option moves bytes
+
+
+@pytest.mark.parametrize("shortcut", [True, False])
+def test_strict_export_writes_guards_without_cse_and_the_bytes_are_stocks(
+    project: ProjectConfig,
+    stock_digest: Callable[[str], str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    shortcut: bool,
+) -> None:
+    """Issue 31 §3: a strict export's shape-guard function, which export drops, is written
+    without torch's CSE pass (export_speedups.py); with other versions torch's own function
+    runs. Either way the .pte is the stock script's."""
+    if not shortcut:
+        monkeypatch.setattr("lowerd.lowering.export_speedups.validated_versions", lambda: False)
+    caplog.set_level(logging.DEBUG, logger="lowerd.lowering.export_call")
+    forget_project_modules(project.root)
+    result = build_target(project, project.targets["strict"], None, reuse=False)
+    assert result.status == "ok", result.error
+    lines = [r.getMessage() for r in caplog.records if "guard functions" in r.getMessage()]
+    assert lines, "a strict export of a dynamic sequence writes a shape-guard function"
+    path = (
+        r"[1-9]\d* guard functions written without CSE, 0 with"
+        if shortcut
+        else r": 0 guard.* [1-9]"
+    )
+    assert all(re.search(path, line) for line in lines), lines
+    assert result.sha256 == stock_digest("strict")
 
 
 def test_keyword_inputs_are_in_the_program_fingerprint(

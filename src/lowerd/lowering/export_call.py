@@ -17,20 +17,27 @@ stock script runs it: export(ep.module()) is another program than ep (node names
 state-dict order, module call graph; source_fn_stack, torch_fn, stack_trace metadata, which
 XNNPACK's partitioner reads), so reusing ep would be exact by measurement only (docs/cache.md,
 "Export is not memoized"; bench/bench_export.py --unchanged).
+
+Each export runs with export_speedups.py's guard shortcut installed (exact: the guard function
+export writes and drops, without its CSE pass).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from lowerd.lowering.blame import Blame
 from lowerd.lowering.export_output import export_output_held
+from lowerd.lowering.export_speedups import guard_cse_skipped
 from lowerd.project.errors import EntryError, ExportError
 from lowerd.project.export_options import ExportConfig
 from lowerd.project.method import Method
+
+log = logging.getLogger(__name__)
 
 # A callable of a module_passes function's list: GraphModule -> GraphModule or PassResult.
 ModulePass = Callable[[Any], Any]
@@ -77,8 +84,10 @@ def _export(module: Any, method: Method, settings: ExportConfig, blame: Blame, d
     import torch
 
     try:
-        with export_output_held():  # torch's own account of a failure: ours says it
-            return torch.export.export(
+        # torch's own account of a failure: ours says it; guard functions, which export drops,
+        # written without their CSE pass (export_speedups.py)
+        with export_output_held(), guard_cse_skipped() as guards:
+            program = torch.export.export(
                 module,
                 method.args,
                 dict(method.kwargs),
@@ -87,6 +96,14 @@ def _export(module: Any, method: Method, settings: ExportConfig, blame: Blame, d
             )
     except Exception as error:
         raise blame(ExportError, error, doing) from error
+    if guards.without_cse or guards.with_cse:
+        log.debug(
+            "export of a %s: %d guard functions written without CSE, %d with torch's",
+            type(module).__name__,
+            guards.without_cse,
+            guards.with_cse,
+        )
+    return program
 
 
 def _run_pass(module_passes: ModulePasses, index: int, graph: Any, blame: Blame) -> Any:
