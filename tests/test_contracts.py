@@ -62,6 +62,7 @@ from lowerd.worker.protocol import (
 DOCUMENT_KEYS = {
     "name",
     "status",
+    "verdict",
     "output",
     "sha256",
     "seconds",
@@ -169,6 +170,7 @@ def test_failed_up_to_date_and_partitioned_results_have_every_key_of_the_documen
     assert set(encode(built())) == DOCUMENT_KEYS
     failed = encode(TargetResult.failed("net", "worker-timeout", "too slow"))
     assert set(failed) == DOCUMENT_KEYS
+    assert (failed["status"], failed["verdict"]) == ("error", "error")
     assert failed["error"] == {
         "kind": "worker-timeout",
         "message": "too slow",
