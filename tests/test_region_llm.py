@@ -146,26 +146,54 @@ def test_an_unbacked_symbol_another_region_binds_runs_stock() -> None:
 
 class Growing(Caching):
     """Positioned over a dynamic sequence: update_cache's check `start_pos + seq_len <= 8`
-    becomes an assertion of a backed and an unbacked symbol together (`s27 + u0 <= 8`)."""
+    becomes an assertion of a backed and an unbacked symbol together (`s27 + u0 <= 8`, its `add`
+    of the rest's length binding and the layer's `.item()`)."""
 
     def forward(self, x: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         length = x.shape[1]
         q, k, v = (linear(x).view(1, length, 2, 16) for linear in self.qkv)
-        at = input_pos[0].item()
+        at = self.position(input_pos[0].item())
         torch.ops.llama.update_cache(k, self.k_cache, at)
         torch.ops.llama.update_cache(v, self.v_cache, at)
         y = torch.ops.llama.custom_sdpa(q, self.k_cache, self.v_cache, at, None, 0.0, True)
         return x + self.out(y.reshape(1, length, 32))
 
+    def position(self, start_pos: Any) -> Any:
+        return start_pos
 
-def test_an_assertion_of_a_dynamic_length_and_start_pos_runs_stock() -> None:
+
+def _growing_program(layer: type[nn.Module] = Growing) -> torch.export.ExportedProgram:
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 (registers llama's ops)
 
     torch.manual_seed(0)
-    stack = PositionedStack(Growing).eval()
+    stack = PositionedStack(layer).eval()
     length = torch.export.Dim("length", min=1, max=7)
     with torch.no_grad():
-        program = torch.export.export(
+        return torch.export.export(
             stack, (torch.randn(1, 4, 32), torch.tensor([0])), dynamic_shapes=({1: length}, None)
         )
-    assert program_regions(program) == (None, "le_1 is a symbolic bool of a backed symbol")
+
+
+def test_an_assertion_of_a_dynamic_length_and_start_pos_is_generated_by_region() -> None:
+    """Each layer's `s27 + u0 <= 8`: its `add`, comparison and assertion are the replays' own
+    (each its own debug handle, placed after its `.item()` as in stock's), reading the rest's
+    binding of the length, which the rest's template makes first, as stock's graph has it."""
+    made = _growing_program()
+    targets = [str(node.target) for node in made.graph.nodes]
+    assert "<built-in function add>" in targets and targets.count("aten.item.default") == 3
+    stock, mine, runs = regional_and_stock(made, again=_growing_program)
+    assert sha256(mine) == sha256(stock)
+    assert runs == [RegionalRun(regions=4, templates=2, stock_because=None)]
+
+
+class Halved(Growing):
+    """Growing at half the position it reads: a floor division of the unbacked symbol, which
+    the argument does not cover."""
+
+    def position(self, start_pos: Any) -> Any:
+        return start_pos // 2
+
+
+def test_a_sym_op_the_argument_does_not_cover_runs_stock() -> None:
+    found, why = program_regions(_growing_program(Halved))
+    assert found is None and why == "layers.0 calls <built-in function floordiv>"

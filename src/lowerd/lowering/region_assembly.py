@@ -227,7 +227,7 @@ class Assembly:
             for step, node in enumerate(copy_.template.edge.graph.nodes):
                 if node.op != "call_function":
                     continue
-                segment = self.segment[copy_.own(self._placed_with(copy_, node))]
+                segment = self._segment_of(copy_, node)
                 if segment < last:
                     raise NotLocal(f"{copy_.region.key}'s edge nodes leave its order")
                 last = segment
@@ -272,27 +272,55 @@ class Assembly:
             raise NotLocal(f"{copy_.region.key} writes {theirs}, none of its inputs")
         return str(self.weights[copy_.region.inputs[places[0]].name])
 
-    def _placed_with(self, copy_: Copy, node: torch.fx.Node) -> torch.fx.Node:
-        """The template node whose region node places `node`: itself, or, for a node of the
-        rest the replays made from no node of its cut (a symbolic size's binding, a sym op a
-        decomposition computed), its neighbours' in the template, which must agree."""
+    def _segment_of(self, copy_: Copy, node: torch.fx.Node) -> int:
+        """The segment of the whole program a template's edge node is emitted in: its region
+        node's, or, for a node the replays made from no node of its cut, (a) the rest's binding
+        of an input's symbolic size: the first segment, which must be the rest's (the replays'
+        insert_deferred_runtime_asserts binds each input symbol right after the placeholders,
+        before every other node, in stock's graph as in the rest's template); (b) a layer's
+        runtime assertion (a check, its comparison, the arithmetic of its expression) or a sym
+        op of the rest a decomposition computed: its neighbours' in the template, which must
+        agree."""
         if self._has_root(copy_, node):
-            return node
+            return self.segment[copy_.own(node)]
         if copy_.region.key is not None:
             if not is_check(node):  # a layer's runtime assertions alone: argued
-                return node  # own() raises NotLocal
+                copy_.own(node)  # raises NotLocal
+            self._check_operands(copy_, node)
         elif not isinstance(node.meta.get("val"), torch.SymInt):  # only sym nodes: argued
-            return node  # own() raises NotLocal
-        if node.target is torch.ops.aten.sym_size.int and not self._binds_size(copy_, node):
-            raise NotLocal(f"{node.name} binds a size stock's program does not bind")
+            copy_.own(node)  # raises NotLocal
+        elif node.target is torch.ops.aten.sym_size.int:
+            if not self._binds_size(copy_, node):
+                raise NotLocal(f"{node.name} binds a size stock's program does not bind")
+            if self.segment[copy_.region.nodes[0]] != 0:
+                raise NotLocal(f"{node.name} binds a size before the first layer's nodes")
+            return 0
         nodes = [n for n in node.graph.nodes if n.op == "call_function"]
         at = nodes.index(node)
         before = [n for n in reversed(nodes[:at]) if self._has_root(copy_, n)][:1]
         after = [n for n in nodes[at + 1 :] if self._has_root(copy_, n)][:1]
-        if len({self.segment[copy_.own(n)] for n in before + after}) != 1:
+        segments = {self.segment[copy_.own(n)] for n in before + after}
+        if len(segments) != 1:
             raise NotLocal(f"{node.name} descends from no node of its region")
-        placed: torch.fx.Node = (after + before)[0]
-        return placed
+        return segments.pop()
+
+    def _check_operands(self, copy_: Copy, node: torch.fx.Node) -> None:
+        """A layer's runtime assertion the replays made computes its expression from the
+        layer's own unbacked values and input symbols, as stock's does: the replays' sympy
+        interpreter reuses any node of the graph already holding a subexpression, and one
+        holding no unbacked symbol of the layer (`2*s0`) may be another region's node in
+        stock's graph, a node of its own in the template's. So each operand holds an unbacked
+        symbol (of this layer: region_edge's gate), or is a symbol bound as a cut input, or a
+        constant."""
+        from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+        for arg in node.all_input_nodes:
+            value = arg.meta.get("val")
+            if free_unbacked_symbols(value):
+                continue
+            bare = isinstance(value, torch.SymInt) and value.node.expr.is_Symbol
+            if arg.op != "placeholder" or not bare:
+                raise NotLocal(f"{node.name} of {copy_.region.key} reads {arg.name}, {value}")
 
     def _has_root(self, copy_: Copy, node: torch.fx.Node) -> bool:
         return region_root(node, copy_.template.cut_graph) in copy_.places

@@ -146,25 +146,26 @@ CHECKS = frozenset(
     }
 )
 SYM_COMPARISONS = frozenset({"ge", "gt", "le", "lt", "eq", "ne"})
+# The symbolic arithmetic an assertion's expression is computed with (update_cache's check of a
+# dynamic length: `s27 + u0 <= 8`, its `add` of the length and start_pos).
+SYM_ARITHMETIC = frozenset({"add", "sub", "mul"})
 
 
 def is_check(node: torch.fx.Node) -> bool:
-    """A runtime assertion's node: a check, or the symbolic comparison of unbacked symbols alone
-    it checks."""
-    from torch.fx.experimental.symbolic_shapes import free_symbols, free_unbacked_symbols
+    """A runtime assertion's node: a check, or the symbolic comparison (a SymBool) or arithmetic
+    (a SymInt) it checks, of values holding an unbacked symbol (with backed ones or not)."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     target = node.target
     if str(target) in CHECKS:
         return True
     value = node.meta.get("val")
-    if getattr(target, "__module__", None) != "_operator" or not isinstance(value, torch.SymBool):
+    if getattr(target, "__module__", None) != "_operator":
         return False
-    unbacked = free_unbacked_symbols(value)
-    return (
-        getattr(target, "__name__", None) in SYM_COMPARISONS
-        and bool(unbacked)
-        and (unbacked == free_symbols(value))
-    )
+    name = getattr(target, "__name__", None)
+    comparison = name in SYM_COMPARISONS and isinstance(value, torch.SymBool)
+    arithmetic = name in SYM_ARITHMETIC and isinstance(value, torch.SymInt)
+    return (comparison or arithmetic) and bool(free_unbacked_symbols(value))
 
 
 def assertion(message: str, names: dict[Any, Any], places: dict[str, Any]) -> Any:

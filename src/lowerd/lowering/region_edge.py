@@ -851,9 +851,10 @@ def _why_symbols(program: Any) -> str | None:
             return f"unbacked symbols in a tensor's size ({names} in {node.name})"
         if _symbolic_float(value):
             return f"{node.name} is a symbolic float"
-        if isinstance(value, torch.SymBool) and free_symbols(value) != free_unbacked_symbols(value):
-            # `s0 + u0 <= 8` (update_cache's check with a dynamic sequence): not argued.
-            return f"{node.name} is a symbolic bool of a backed symbol"
+        if isinstance(value, torch.SymBool) and not free_unbacked_symbols(value):
+            # `s0 <= 8`: a guard export keeps as a node; not argued (`s0 + u0 <= 8`, update_cache's
+            # check with a dynamic length, is: it holds its layer's unbacked symbol).
+            return f"{node.name} is a symbolic bool of backed symbols alone"
         bindings = node.meta.get("unbacked_bindings") or {}
         if any(path != () for path in bindings.values()) or (
             bindings and not isinstance(value, torch.SymInt)
@@ -920,10 +921,13 @@ def _templates(
             continue
         own = _own_config(config)
         alone = cut(program, region)
+        facts = _backed_facts(program)
         try:
             manager = stock({"forward": partitioners}, {"forward": alone}, own, None)
         except Exception as error:  # the whole program's own run says what is wrong, if anything
             raise NotLocal(f"{region.key or 'the rest'} alone: {error!r}") from error
+        if _backed_facts(program) != facts:
+            raise NotLocal(f"{region.key or 'the rest'} alone refines a dynamic size's range")
         edge = manager.exported_program("forward")
         if region.key is not None:
             _check_layer_edge(edge, region)
@@ -932,6 +936,20 @@ def _templates(
         if store is not None:
             store.put(stored_key, program, by_structure[key])
     return by_structure, keys
+
+
+def _backed_facts(program: Any) -> list[tuple[str, str, str]]:
+    """What the program's ShapeEnv knows of its backed symbols (a dynamic length's `s0`): the
+    range and replacement of each. A template's run that changed them (a runtime assertion of
+    `s0 + u0 <= 8` may refine `s0`'s range) would make the regions after it in another state
+    than stock's run, which meets that fact once, at that layer: not argued."""
+    shape_env = getattr(program_fake_mode(program), "shape_env", None)
+    if shape_env is None:
+        return []
+    return [
+        (str(s), str(shape_env.var_to_range.get(s)), str(shape_env.replacements.get(s)))
+        for s in sorted(program.range_constraints, key=str)
+    ]
 
 
 def _check_layer_edge(edge: Any, region: Region) -> None:
