@@ -234,7 +234,7 @@ partitioner), field by field:
   (`unbacked_bindings`) and leaves the ShapeEnv's facts on it (update_cache's meta checks:
   u0 >= 0, u0 <= 4, u0 < 8) as `_assert_scalar` nodes of symbolic comparisons. Gate: each
   symbol bound by a node as its value, held (in values and arguments) by nodes of the binding
-  region alone, in no tensor's size or stride, a SymBool holding unbacked symbols alone. Every
+  region alone, in no tensor's size or stride, a SymBool holding one at least. Every
   replay re-traces each `item` into a fresh symbol (renamed to export's by rebind_unbacked) and
   its meta checks and insert_deferred_runtime_asserts re-make the assertions from what the
   ShapeEnv knows of that symbol, which came of its own layer's nodes; so a layer's edge nodes
@@ -256,6 +256,30 @@ partitioner), field by field:
   differ from run to run by the ShapeEnv's counter) and the node name a message quotes (the
   first replay's: `ge_3` in stock's, `ge_1` in a template's) reach no byte, no partition
   (XNNPACK takes no symbolic op) and so no partition key.
+- Unbacked with backed symbols: a dynamic length and a per-layer start_pos (update_cache's
+  check `start_pos + seq_len <= cache_len`, optimum's recipe and ExecuTorch's KV cache with a
+  dynamic sequence): `s0 + u0 <= 64`, export's `add` of the rest's length binding and the
+  layer's `item`, its `le` and `_assert_scalar`. The replays remake it as the others (the
+  meta check defers it on the fresh symbol, insert_deferred_runtime_asserts emits it once every
+  symbol it holds is bound: after the `item`, `s0` being bound before every node) and compute
+  its expression with a sympy interpreter that reuses any node of the graph already holding a
+  subexpression. Its atoms are `s0`, bound in stock's graph by the rest's `sym_size` of the
+  program's first input carrying it, in a layer's cut by its SymInt input placed first (above),
+  which the assembly maps to that binding; and `u0`, the layer's own. A subexpression holding
+  no unbacked symbol of the layer (`2*s0`) could be another region's node in stock's graph and
+  the template's own: gate, checked on the template (each operand of a replayed assertion node
+  holds the layer's unbacked symbol, or is a bare symbol's cut input, or a constant; its ops
+  add, sub, mul and the comparisons, others in a layer: stock). So a layer's `add`, `le` and
+  assertion are per layer, their roots the replays' own (each its own debug handle, placed
+  after their neighbours as above), reading the copy's own `_local_scalar_dense` and the rest's
+  binding; their vals are the copy's fresh symbol with `s0` kept (the program's symbol, as in
+  stock's), their messages export's `s0 + u<k>` of the copy's region. The rest's binding of an
+  input size, which the replays put right after the placeholders, is emitted first (the first
+  segment must be the rest's: NotLocal otherwise), whatever its template neighbours. The ShapeEnv
+  is shared: a template's run that changed a backed symbol's range or replacement (an assertion
+  that refines `s0`) would leave the later regions in a state stock's run reaches at one layer
+  only: NotLocal (checked after each run). With none changed, each layer's facts are on its own
+  fresh symbols, as stock's.
 - More than one method (prefill/decode; a multimodal program's text_decoder, token_embedding):
   stock's loop makes each method's edge program from that method's aten program and
   partitioners alone; what it shares is the config, read only as the fields above (and
@@ -275,8 +299,9 @@ Gates (each checked; any other case runs ExecuTorch's own function):
   other fields than `_check_ir_validity` and `_skip_dim_order` are the default;
 - inputs only user inputs, parameters and buffers, outputs only user outputs (export's IR
   keeps a buffer's write as its in-place op, with no output), weights plain tensors; symbolic
-  values only SymInt sizes of backed symbols, unbacked SymInts and their assertions' SymBools
-  each bound and used in one region (above; no SymFloat);
+  values only SymInt sizes of backed symbols, unbacked SymInts and their assertions' SymInts
+  and SymBools each bound and used in one region (above; no SymFloat, no SymBool of backed
+  symbols alone), no template run changing a backed symbol's range;
 - every op in aten, QDQ_OPS or CUSTOM_OPS (or getitem, or in the rest a higher-order op), every
   q/dq chain in one region, custom_sdpa's and update_cache's start_pos a constant or an
   unbacked symbol (above); an in-place op only on a tensor its own region made and only its
@@ -284,11 +309,11 @@ Gates (each checked; any other case runs ExecuTorch's own function):
   directly on a buffer (not a view of one) that one layer writes and alone uses; and no tensor
   written in place, its bases or views (an in-place op's result among them) read in another
   region;
-- in a layer: no get_attr input, no call but an aten op, getitem or a runtime assertion's
-  symbolic comparison, every node used (or an assert, or a buffer's write), only the node
-  metadata keys the argument covers (strict export's source_fn_stack, `unbacked_bindings`
-  among them), no `custom` annotation; the same of each layer template's edge program (its
-  placeholders may carry example_value: checked after it is made: NotLocal);
+- in a layer: no get_attr input, no call but an aten op, getitem or a runtime assertion's symbolic
+  comparison or add/sub/mul (holding an unbacked symbol), every node used (or an assert, or a
+  buffer's write), only the node metadata keys the argument covers (strict export's source_fn_stack,
+  `unbacked_bindings` among them), no `custom` annotation; the same of each layer template's edge
+  program (its placeholders may carry example_value: checked after it is made: NotLocal);
 - regions contiguous, and at least two layers of one structure (otherwise no gain).
 tests/test_region_layers.py compares the bytes with the stock script's for a Llama edited at the
 first, a middle and the last layer, with scaled weights and an op XNNPACK refuses;
@@ -305,8 +330,8 @@ exported strict under no_grad (bytes and the replays' metadata as stock's);
 tests/test_region_store.py transformers' static cache exported strict (its weights renamed and
 reordered by the replays); tests/test_region_llm.py layers updating their own KV caches with
 llama.update_cache, at a start_pos each reads with `.item()` (and one the rest reads for them
-all, and one with a dynamic length: stock); tests/test_intx_memo.py an 8da4w project built
-cold and rebuilt from the intx memo.
+all: stock; and with a dynamic length, by region; a floor division of start_pos: stock);
+tests/test_intx_memo.py an 8da4w project built cold and rebuilt from the intx memo.
 """
 
 from __future__ import annotations
@@ -840,7 +865,7 @@ def _why_symbols(program: Any) -> str | None:
     its `_assert_scalar` nodes) each bound by one node as its value (`_why_unbacked`, once
     the regions are known); an unbacked symbol in a tensor's size or stride, a SymFloat, a
     SymBool of a backed symbol: not argued."""
-    from torch.fx.experimental.symbolic_shapes import free_symbols, free_unbacked_symbols
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     for node in program.graph.nodes:
         value = node.meta.get("val")
