@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
+from lowerd.lowering import region_edge
 from lowerd.lowering.region_edge import RegionalRun, program_regions
 
 from regional import Stack, regional_and_stock
@@ -174,16 +176,28 @@ def _growing_program(layer: type[nn.Module] = Growing) -> torch.export.ExportedP
         )
 
 
-def test_an_assertion_of_a_dynamic_length_and_start_pos_is_generated_by_region() -> None:
+def test_an_assertion_of_a_dynamic_length_and_start_pos_is_generated_by_region(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Each layer's `s27 + u0 <= 8`: its `add`, comparison and assertion are the replays' own
     (each its own debug handle, placed after its `.item()` as in stock's), reading the rest's
-    binding of the length, which the rest's template makes first, as stock's graph has it."""
+    binding of the length, which the rest's template makes first, as stock's graph has it.
+    Assembled with region_edge.MIXED_SYMBOLS on (off for builds: its range constraints)."""
+    monkeypatch.setattr(region_edge, "MIXED_SYMBOLS", True)
     made = _growing_program()
     targets = [str(node.target) for node in made.graph.nodes]
     assert "<built-in function add>" in targets and targets.count("aten.item.default") == 3
     stock, mine, runs = regional_and_stock(made, again=_growing_program)
     assert sha256(mine) == sha256(stock)
     assert runs == [RegionalRun(regions=4, templates=2, stock_because=None)]
+
+
+def test_an_assertion_of_a_dynamic_length_and_start_pos_runs_stock_in_builds() -> None:
+    found, why = program_regions(_growing_program())
+    assert found is None and why == (
+        "le_1 is a symbolic bool of backed and unbacked symbols (by region its program's range "
+        "constraints are export's, not stock's)"
+    )
 
 
 class Halved(Growing):
@@ -194,6 +208,7 @@ class Halved(Growing):
         return start_pos // 2
 
 
-def test_a_sym_op_the_argument_does_not_cover_runs_stock() -> None:
+def test_a_sym_op_the_argument_does_not_cover_runs_stock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(region_edge, "MIXED_SYMBOLS", True)
     found, why = program_regions(_growing_program(Halved))
     assert found is None and why == "layers.0 calls <built-in function floordiv>"

@@ -279,7 +279,8 @@ partitioner), field by field:
   is shared: a template's run that changed a backed symbol's range or replacement (an assertion
   that refines `s0`) would leave the later regions in a state stock's run reaches at one layer
   only: NotLocal (checked after each run). With none changed, each layer's facts are on its own
-  fresh symbols, as stock's.
+  fresh symbols, as stock's. Not yet on (MIXED_SYMBOLS): the assembled program's range
+  constraints are export's, stock's its ShapeEnv's, and partition keys hold them.
 - More than one method (prefill/decode; a multimodal program's text_decoder, token_embedding):
   stock's loop makes each method's edge program from that method's aten program and
   partitioners alone; what it shares is the config, read only as the fields above (and
@@ -330,7 +331,8 @@ exported strict under no_grad (bytes and the replays' metadata as stock's);
 tests/test_region_store.py transformers' static cache exported strict (its weights renamed and
 reordered by the replays); tests/test_region_llm.py layers updating their own KV caches with
 llama.update_cache, at a start_pos each reads with `.item()` (and one the rest reads for them
-all: stock; and with a dynamic length, by region; a floor division of start_pos: stock);
+all: stock; and with a dynamic length, by region with MIXED_SYMBOLS, stock without; a floor
+division of start_pos: stock);
 tests/test_intx_memo.py an 8da4w project built cold and rebuilt from the intx memo.
 """
 
@@ -631,6 +633,17 @@ def program_regions(program: Any) -> tuple[list[Region] | None, str | None]:
     return found, None
 
 
+# A layer's runtime assertion of a dynamic length and its own unbacked start_pos (`s0 + u0 <=
+# N`, above: "Unbacked with backed symbols") is assembled with stock's bytes
+# (tests/test_region_llm.py), but the assembled program keeps export's range constraints where
+# stock's edge program has its ShapeEnv's after the replays (`s0: [1, N]` against `[2, N]`, and
+# each replay's fresh unbacked symbols). Every partition key holds the program's range
+# constraints, so the blobs of a regional cold build and of the stock build of its edit (whose
+# layers differ) never match: an edit of optimum's recipe would lower every partition again.
+# Off (stock) until a partition's key holds only the ranges its preprocessing reads.
+MIXED_SYMBOLS = False
+
+
 def _why_signature(program: Any) -> str | None:
     signature = program.graph_signature
     if unusual := [s.kind.name for s in signature.input_specs if s.kind.name not in _INPUT_KINDS]:
@@ -865,7 +878,7 @@ def _why_symbols(program: Any) -> str | None:
     its `_assert_scalar` nodes) each bound by one node as its value (`_why_unbacked`, once
     the regions are known); an unbacked symbol in a tensor's size or stride, a SymFloat, a
     SymBool of a backed symbol: not argued."""
-    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+    from torch.fx.experimental.symbolic_shapes import free_symbols, free_unbacked_symbols
 
     for node in program.graph.nodes:
         value = node.meta.get("val")
@@ -880,6 +893,12 @@ def _why_symbols(program: Any) -> str | None:
             # `s0 <= 8`: a guard export keeps as a node; not argued (`s0 + u0 <= 8`, update_cache's
             # check with a dynamic length, is: it holds its layer's unbacked symbol).
             return f"{node.name} is a symbolic bool of backed symbols alone"
+        if isinstance(value, torch.SymBool) and not MIXED_SYMBOLS:
+            if free_symbols(value) != free_unbacked_symbols(value):
+                return (
+                    f"{node.name} is a symbolic bool of backed and unbacked symbols (by region its "
+                    "program's range constraints are export's, not stock's)"
+                )
         bindings = node.meta.get("unbacked_bindings") or {}
         if any(path != () for path in bindings.values()) or (
             bindings and not isinstance(value, torch.SymInt)
