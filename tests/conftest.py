@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -80,18 +80,23 @@ def examples_build(tmp_path_factory: pytest.TempPathFactory) -> SharedBuild:
     return made_once_per_run(tmp_path_factory, "examples-build", build_examples)
 
 
-@pytest.fixture(scope="session")
-def basic_build(tmp_path_factory: pytest.TempPathFactory) -> SharedBuild:
-    """basic/, every target, built once per run on a cold cache (helpers.build_basic), with a
-    private $XDG_RUNTIME_DIR: no daemon serves it. Tests that build on it copy its cache."""
+def privately(make: Callable[[Path], SharedBuild]) -> Callable[[Path], SharedBuild]:
+    """`make` under a private $XDG_RUNTIME_DIR in its folder: no daemon serves its builds."""
 
     def build(folder: Path) -> SharedBuild:
         (folder / "run").mkdir(mode=0o700)
         with pytest.MonkeyPatch.context() as env:
             env.setenv("XDG_RUNTIME_DIR", str(folder / "run"))
-            return build_basic(folder)
+            return make(folder)
 
-    return made_once_per_run(tmp_path_factory, "basic-build", build)
+    return build
+
+
+@pytest.fixture(scope="session")
+def basic_build(tmp_path_factory: pytest.TempPathFactory) -> SharedBuild:
+    """basic/, every target, built once per run on a cold cache (helpers.build_basic), with a
+    private $XDG_RUNTIME_DIR: no daemon serves it. Tests that build on it copy its cache."""
+    return made_once_per_run(tmp_path_factory, "basic-build", privately(build_basic))
 
 
 @pytest.fixture(scope="session")
@@ -99,13 +104,7 @@ def broken_debug_build(tmp_path_factory: pytest.TempPathFactory) -> SharedBuild:
     """broken/, every target, built once per run with LOWERD_LOG_LEVEL=DEBUG
     (helpers.build_broken_at_debug): tests/test_cli.py and tests/test_cli_isolation.py read it.
     Under a private $XDG_RUNTIME_DIR, as basic_build."""
-
-    def build(folder: Path) -> SharedBuild:
-        (folder / "run").mkdir(mode=0o700)
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("XDG_RUNTIME_DIR", str(folder / "run"))
-            return build_broken_at_debug(folder)
-
+    build = privately(build_broken_at_debug)
     return made_once_per_run(tmp_path_factory, "broken-debug-build", build)
 
 
@@ -114,14 +113,7 @@ def named_build(tmp_path_factory: pytest.TempPathFactory) -> SharedBuild:
     """basic/'s tiny_linear alone, built once per run with no usable cache
     (helpers.build_named_without_cache): tests/test_cli.py and tests/test_cache_integrity.py
     read it. Under a private $XDG_RUNTIME_DIR, as basic_build."""
-
-    def build(folder: Path) -> SharedBuild:
-        (folder / "run").mkdir(mode=0o700)
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("XDG_RUNTIME_DIR", str(folder / "run"))
-            return build_named_without_cache(folder)
-
-    return made_once_per_run(tmp_path_factory, "named-build", build)
+    return made_once_per_run(tmp_path_factory, "named-build", privately(build_named_without_cache))
 
 
 @dataclass(frozen=True)
