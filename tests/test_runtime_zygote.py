@@ -13,7 +13,8 @@ from helpers import RUN_DEADLINE
 
 SCRIPT = """
 import json, os, signal, sys, torch
-from lowerd.lowering.runtime_zygote import start_zygote, stop_zygote, thread_count
+from lowerd.lowering.runtime_zygote import start_zygote, stop_zygote
+from lowerd.project.process_threads import thread_count
 
 def serve(request, threaded):
     if request == b"crash":

@@ -261,13 +261,14 @@ async def test_a_library_a_build_imported_is_warm_for_the_next_until_packages_ch
 
 _PRELOAD = """
 import json, sys
-from lowerd.worker.forkserver import _import_libraries, _thread_count
+from lowerd.worker.forkserver import _import_libraries
+from lowerd.project.process_threads import thread_count
 from lowerd.project.wire import encode
 names = sys.argv[1:]
-threads = _thread_count()
+threads = thread_count()
 reply = encode(_import_libraries(names))
 reply["loaded"] = [m for m in names if m in sys.modules]
-reply["threads_added"] = _thread_count() - threads
+reply["threads_added"] = thread_count() - threads
 print(json.dumps(reply))
 """
 

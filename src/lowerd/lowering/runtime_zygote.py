@@ -42,6 +42,7 @@ from typing import ClassVar, TypeVar
 import msgpack
 
 from lowerd.project.parent_death import die_with_parent
+from lowerd.project.process_threads import thread_count
 from lowerd.project.wire import WireError, decode, encode, wire_shape
 
 T = TypeVar("T")
@@ -195,14 +196,6 @@ def stop_zygote() -> None:
     if _zygote is not None:
         _zygote.stop()
         _zygote = None
-
-
-def thread_count() -> int:
-    """This process's threads (/proc/self/task; 1 where there is no /proc)."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 1
 
 
 def _serve(connection: Connection, serve: Serve, threaded: bool) -> None:

@@ -38,6 +38,7 @@ import msgpack
 
 from lowerd.project.backends import Backend
 from lowerd.project.parent_death import die_with_parent, set_parent_death_signal
+from lowerd.project.process_threads import thread_count
 from lowerd.project.result import ErrorInfo, TargetResult
 from lowerd.project.wire import encode
 from lowerd.worker.frames import write_frame
@@ -207,7 +208,7 @@ def _import_libraries(names: list[str]) -> PreloadedMessage:
     handler. Should the server keep a thread anyway, it says `tainted` and the daemon starts a
     fresh one.
     """
-    threads_before = _thread_count()
+    threads_before = thread_count()
     safe = names[: _on_one_thread(_thread_free_prefix, names)]
     imported = _on_one_thread(_import_each, safe)
     gc.collect()
@@ -266,13 +267,13 @@ def _thread_free_prefix(names: list[str]) -> int:
 def _imports_before_a_thread(names: list[str]) -> int:
     import importlib
 
-    threads = _thread_count()
+    threads = thread_count()
     for index, name in enumerate(names):
         try:
             importlib.import_module(name)
         except BaseException:
             pass
-        if _thread_count() > threads and _threads_across_a_fork() > threads:
+        if thread_count() > threads and _threads_across_a_fork() > threads:
             return index
     return len(names)
 
@@ -285,14 +286,7 @@ def _threads_across_a_fork() -> int:
     if pid == 0:
         os._exit(0)
     os.waitpid(pid, 0)
-    return _thread_count()
-
-
-def _thread_count() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 1
+    return thread_count()
 
 
 def _reap(channel: socket.socket, running: dict[int, int]) -> None:
