@@ -390,21 +390,29 @@ async def test_inlay_hints_on_a_fifo_a_device_or_a_huge_file_are_none_and_answer
 async def test_code_actions_on_a_warning_and_the_stock_script_they_copy(
     editor: Editor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The actions on a not-delegated warning; *Copy a stock ExecuTorch script* copies what the
-    server's lowerd.stockScript answers, which writes the bytes of lowerd's .pte."""
+    """The actions on a not-delegated warning, found at the cursor from the server's own
+    diagnostics (the request's context is empty, as vscode-languageclient's copy can be for a
+    moment); *Copy a stock ExecuTorch script* copies what the server's lowerd.stockScript
+    answers, which writes the bytes of lowerd's .pte."""
     [warning] = editor.at("refused.pow", "not-delegated")
     uri = editor.uri("models/refused.py")
-    actions = await editor.answer(
-        editor.client.text_document_code_action_async(
-            types.CodeActionParams(
-                text_document=types.TextDocumentIdentifier(uri),
-                range=warning.range,
-                context=types.CodeActionContext(diagnostics=[warning]),
+
+    async def actions_at(where: types.Position) -> list[types.CodeAction]:
+        found = await editor.answer(
+            editor.client.text_document_code_action_async(
+                types.CodeActionParams(
+                    text_document=types.TextDocumentIdentifier(uri),
+                    range=types.Range(where, where),
+                    context=types.CodeActionContext(diagnostics=[]),
+                )
             )
         )
-    )
+        return [a for a in found or [] if isinstance(a, types.CodeAction)]
+
+    start = warning.range.start
+    actions = await actions_at(types.Position(start.line, start.character + 1))
     line = editor.line("refused.pow")[1]
-    found = [(a.title, a.command.command, list(a.command.arguments)) for a in actions or []]
+    found = [(a.title, a.command.command, list(a.command.arguments)) for a in actions if a.command]
     assert found == [
         ("lowerd: Show in report (refused)", "lowerd.showInReport", ["refused", uri, line]),
         ("lowerd: Compare backends for refused", "lowerd.compareBackends", ["refused"]),
@@ -415,7 +423,9 @@ async def test_code_actions_on_a_warning_and_the_stock_script_they_copy(
             ["refused"],
         ),
     ]
-    assert all([d.message for d in a.diagnostics or []] == [warning.message] for a in actions or [])
+    assert all([d.message for d in a.diagnostics or []] == [warning.message] for a in actions)
+    above = warning.range.start.line - 1  # the fc1 line: delegated, nothing lowerd says there
+    assert await actions_at(types.Position(above, 0)) == []
 
     answer = await editor.execute_command("lowerd.stockScript", "refused")
     report = await editor.execute_command("lowerd.report", "refused")

@@ -428,7 +428,8 @@ try {
     });
     await page.keyboard.press("Control+S");
     await until("the tab saved (not dirty)", async () => {
-      const dirty = await page.locator(".tabs-container .tab.active.dirty").count();
+      // The active group's tab: the other group's (an untitled explanation) can stay dirty.
+      const dirty = await page.locator(".editor-group-container.active .tabs-container .tab.active.dirty").count();
       return { done: dirty === 0, seen: await tabs() };
     });
     return until("the pow warning gone from Problems, the cumsum one kept, → XNNPACK at the pow line", async () => {

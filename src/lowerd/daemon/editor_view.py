@@ -271,16 +271,23 @@ class EditorView:
 
     # Code actions ----------------------------------------------------------------------------
 
-    def code_actions(
-        self, uri: str, diagnostics: Sequence[types.Diagnostic]
-    ) -> list[types.CodeAction]:
+    def code_actions(self, uri: str, where: types.Range) -> list[types.CodeAction]:
         """On lowerd's diagnostics: per target they name, show the op in the report, compare the
         backends, explain the last rebuild, copy a stock script that reproduces the target. The
-        commands are the clients' own (they show or copy what the server's commands answer)."""
+        commands are the clients' own (they show or copy what the server's commands answer).
+
+        The diagnostics are the server's own at the range, not the request's context: the
+        client's copy can be empty for a moment (vscode-languageclient 9 stores an empty list
+        for a pull a refresh cancelled, then pulls again), and Ctrl+. then found no action."""
         by_target: dict[str, list[types.Diagnostic]] = {}
-        for diagnostic in diagnostics:
+        for diagnostic in self._diagnostics_by_uri().get(uri, []):
             data = diagnostic.data
-            if diagnostic.source == SOURCE and isinstance(data, dict) and data.get("target"):
+            if (
+                diagnostic.source == SOURCE
+                and isinstance(data, dict)
+                and data.get("target")
+                and _overlaps(diagnostic.range, where)
+            ):
                 by_target.setdefault(str(data["target"]), []).append(diagnostic)
         actions = []
         for target, about in by_target.items():
@@ -350,6 +357,16 @@ class EditorView:
             tuple(session.last_result(n) or UnbuiltTarget(n) for n in names),
             tuple(n for n in names if session.building(n)),
         )
+
+
+def _overlaps(a: types.Range, b: types.Range) -> bool:
+    """Whether two ranges share a position, ends included: a cursor (an empty range) at either
+    end of a diagnostic is on it."""
+
+    def at(position: types.Position) -> tuple[int, int]:
+        return (position.line, position.character)
+
+    return at(a.start) <= at(b.end) and at(b.start) <= at(a.end)
 
 
 def _lens(where: types.Range, title: str, command: str, target: str) -> types.CodeLens:

@@ -109,7 +109,7 @@ def inlay_hint(ls: LowerdServer, params: types.InlayHintParams) -> list[types.In
 
 
 def code_action(ls: LowerdServer, params: types.CodeActionParams) -> list[types.CodeAction]:
-    return ls.view.code_actions(params.text_document.uri, params.context.diagnostics)
+    return ls.view.code_actions(params.text_document.uri, params.range)
 
 
 def code_lens(ls: LowerdServer, params: types.CodeLensParams) -> list[types.CodeLens]:
