@@ -117,6 +117,9 @@ def test_the_llm_example_is_optimums_recipe(cold: Built) -> None:
     assert cold.result.sha256 == stock_digest(cold.root, UNEDITED)
     assert cold.result.quantize == "8da4w"
     assert cold.result.cache.hits == 0 and cold.result.cache.misses > 1
+    # By region: each layer's `s0 + u0 <= N` (update_cache's check of its .item() start_pos).
+    generation = cold.result.methods["forward"].edge_generation
+    assert generation is not None and generation.path == "regional", generation
 
 
 def test_its_report_groups_the_layers(cold: Built) -> None:
@@ -147,7 +150,10 @@ def test_a_one_layer_edit_reuses_every_other_partition(cold: Built, tmp_path: Pa
     before = cold.result.methods["forward"].partitions
     after = result.methods["forward"].partitions
     assert len(after) == len(before) > 2
-    # The partition holding layers.0.mlp is lowered again; every other one is served.
+    # The partition holding layers.0.mlp is lowered again; every other one is served: the
+    # regional cold build's partitions are keyed as the stock build's (its layers now differ).
+    generation = result.methods["forward"].edge_generation
+    assert generation is not None and generation.path == "stock", generation
     assert (result.cache.hits, result.cache.misses) == (len(before) - 1, 1)
     assert [p.cache for p in after].count("miss") == 1
 

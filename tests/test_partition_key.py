@@ -177,3 +177,44 @@ def test_stable_naming_keys_an_inputs_name_by_position() -> None:
     assert "renamed" in [n.target for n in renamed.graph.nodes if n.op == "placeholder"]
     assert stable(renamed).digest() == stable(edge_program()).digest()
     assert details(renamed).diff(details(edge_program())) == ["graph", "signature"]
+
+
+def dynamic_program(high: int = 8) -> torch.export.ExportedProgram:
+    torch.manual_seed(0)
+    rows = torch.export.Dim("rows", min=1, max=high)
+    exported = torch.export.export(
+        Scaled().eval(), (torch.randn(2, 4),), dynamic_shapes=({0: rows},)
+    )
+    return to_edge(exported).exported_program()
+
+
+def test_the_ranges_of_the_graphs_symbols_are_keyed() -> None:
+    assert details(dynamic_program(8)).diff(details(dynamic_program(9))) == ["range_constraints"]
+
+
+def test_a_range_of_a_symbol_not_in_the_graph_is_not_keyed() -> None:
+    """A partition's program carries its whole program's range constraints, whose fresh
+    unbacked symbols an edit elsewhere (or regional edge generation) numbers otherwise."""
+    import sympy
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    program = dynamic_program()
+    before = details(program)
+    program.range_constraints[sympy.Symbol("u41", integer=True)] = ValueRanges(0, 6)
+    assert details(program) == before
+    # ... but the whole dict is, where a program fingerprint asks for it.
+    whole = key_details("XnnpackBackend", [program], [[]], whole_ranges=True).details
+    assert whole.range_constraints != before.range_constraints
+
+
+def test_a_bool_range_of_another_symbol_is_keyed() -> None:
+    """coremltools maps every entry of range_constraints and raises on a bool range."""
+    import sympy
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    program = dynamic_program()
+    before = details(program)
+    program.range_constraints[sympy.Symbol("u41", integer=True)] = ValueRanges(
+        sympy.false, sympy.true
+    )
+    assert details(program).diff(before) == ["range_constraints"]

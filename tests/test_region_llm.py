@@ -11,7 +11,6 @@ import pytest
 import torch
 from torch import nn
 
-from lowerd.lowering import region_edge
 from lowerd.lowering.region_edge import RegionalRun, program_regions
 
 from regional import Stack, regional_and_stock
@@ -101,6 +100,11 @@ class PositionedStack(nn.Module):
         return x
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="a partition after custom_sdpa keys its eager_input_vals' fresh unbacked symbol by "
+    "name (stock's u3, by region u1): partition keys need symbols named by first appearance",
+)
 def test_layers_reading_start_pos_with_item_are_generated_by_region() -> None:
     """Each layer's unbacked symbols made afresh for its copy, its runtime assertions placed
     in stock's order (their debug handles shift every later node's, which XNNPACK writes into
@@ -114,9 +118,13 @@ def test_layers_reading_start_pos_with_item_are_generated_by_region() -> None:
     made = program()
     targets = [str(node.target) for node in made.graph.nodes]
     assert targets.count("aten.item.default") == 6 and "aten._assert_scalar.default" in targets
-    stock, mine, runs = regional_and_stock(made, again=program)
+    edges: list[Any] = []
+    stock, mine, runs = regional_and_stock(made, edges=edges, again=program)
     assert sha256(mine) == sha256(stock)
     assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
+    # The replays' fresh symbols, in both programs' range constraints, are in no partition.
+    stock_keys, mine_keys = (_partition_keys(e.exported_program()) for e in edges)
+    assert len(mine_keys) > 1 and mine_keys == stock_keys
 
 
 class At(Caching):
@@ -176,28 +184,55 @@ def _growing_program(layer: type[nn.Module] = Growing) -> torch.export.ExportedP
         )
 
 
-def test_an_assertion_of_a_dynamic_length_and_start_pos_is_generated_by_region(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_an_assertion_of_a_dynamic_length_and_start_pos_is_generated_by_region() -> None:
     """Each layer's `s27 + u0 <= 8`: its `add`, comparison and assertion are the replays' own
     (each its own debug handle, placed after its `.item()` as in stock's), reading the rest's
-    binding of the length, which the rest's template makes first, as stock's graph has it.
-    Assembled with region_edge.MIXED_SYMBOLS on (off for builds: its range constraints)."""
-    monkeypatch.setattr(region_edge, "MIXED_SYMBOLS", True)
+    binding of the length, which the rest's template makes first, as stock's graph has it. The
+    program's range constraints are its ShapeEnv's, as stock's (`s27: [2, 7]`, export's is
+    `[1, 7]`), but for the replays' fresh unbacked symbols, which fewer replays number otherwise;
+    every delegate's partition key is stock's (its own graph's symbols alone)."""
     made = _growing_program()
     targets = [str(node.target) for node in made.graph.nodes]
     assert "<built-in function add>" in targets and targets.count("aten.item.default") == 3
-    stock, mine, runs = regional_and_stock(made, again=_growing_program)
+    assert str(made.range_constraints[_length(made)]) == "VR[1, 7]"
+    edges: list[Any] = []
+    stock, mine, runs = regional_and_stock(made, edges=edges, again=_growing_program)
     assert sha256(mine) == sha256(stock)
     assert runs == [RegionalRun(regions=4, templates=2, stock_because=None)]
+    stock_ranges, mine_ranges = (_kept_ranges(e.exported_program()) for e in edges)
+    assert mine_ranges == stock_ranges and mine_ranges[0] == ("s27", "VR[2, 7]")
+    stock_keys, mine_keys = (_partition_keys(e.exported_program()) for e in edges)
+    assert len(mine_keys) > 1 and mine_keys == stock_keys
 
 
-def test_an_assertion_of_a_dynamic_length_and_start_pos_runs_stock_in_builds() -> None:
-    found, why = program_regions(_growing_program())
-    assert found is None and why == (
-        "le_1 is a symbolic bool of backed and unbacked symbols (by region its program's range "
-        "constraints are export's, not stock's)"
+def _length(program: torch.export.ExportedProgram) -> Any:
+    [length] = [s for s in program.range_constraints if str(s).startswith("s")]
+    return length
+
+
+def _kept_ranges(program: torch.export.ExportedProgram) -> list[tuple[str, str]]:
+    """The range constraints of the backed symbols and of export's unbacked ones (u0-u2): all
+    but the replays' fresh unbacked symbols."""
+    export_made = {"u0", "u1", "u2"}
+    return sorted(
+        (str(s), str(r))
+        for s, r in program.range_constraints.items()
+        if str(s).startswith("s") or str(s) in export_made
     )
+
+
+def _partition_keys(program: torch.export.ExportedProgram) -> list[str]:
+    """Each delegate's partition key (preprocess_cache.py's: XNNPACK's stable naming)."""
+    from lowerd.lowering.partition_key import key_details
+
+    module = program.graph_module
+    lowered = [getattr(module, str(n.target)) for n in module.graph.nodes if n.op == "get_attr"]
+    return [
+        key_details(
+            each.backend_id, [each.original_module], [each.compile_specs], stable_naming=True
+        ).digest()
+        for each in lowered
+    ]
 
 
 class Halved(Growing):
@@ -208,7 +243,6 @@ class Halved(Growing):
         return start_pos // 2
 
 
-def test_a_sym_op_the_argument_does_not_cover_runs_stock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(region_edge, "MIXED_SYMBOLS", True)
+def test_a_sym_op_the_argument_does_not_cover_runs_stock() -> None:
     found, why = program_regions(_growing_program(Halved))
     assert found is None and why == "layers.0 calls <built-in function floordiv>"

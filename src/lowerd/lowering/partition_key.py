@@ -26,8 +26,9 @@ from lowerd.project.key_summary import DIGEST_CHARS, KeySummary
 # A value as the key holds it: nested tuples of plain values, packed with msgpack.
 Encoded = tuple[Any, ...]
 
-# Bump when the key's structure or the cached value's encoding changes.
-FORMAT_VERSION = 2
+# Bump when the key's structure or the cached value's encoding changes. 3: a partition is keyed
+# on the ranges of its own graph's symbols (_encode_own_ranges), not its program's whole dict.
+FORMAT_VERSION = 3
 
 # Node metadata that differs between runs or only records where a node came from. `from_node`
 # holds id(graph); the rest are provenance that no backend serializes. `delegation_tag` is the
@@ -102,8 +103,12 @@ def key_details(
     programs: Sequence[ExportedProgram],
     compile_specs: Sequence[Sequence[Any]],
     stable_naming: bool = False,
+    whole_ranges: bool = False,
 ) -> PartitionKey:
-    """Key of one preprocess call; several programs when a backend preprocesses methods together."""
+    """Key of one preprocess call; several programs when a backend preprocesses methods together.
+    `whole_ranges`: key each program's whole range_constraints (a program fingerprint, whose
+    symbols are all its graph's), not only its graph's symbols' ranges (a partition)."""
+    encode_ranges = _encode_ranges if whole_ranges else _encode_own_ranges
     encoders = [_Encoder(p.graph_module.graph, stable_naming) for p in programs]
     details = PartitionKeyDetails(
         format_version=FORMAT_VERSION,
@@ -117,7 +122,7 @@ def key_details(
             e.submodules(p.graph_module) for e, p in zip(encoders, programs, strict=True)
         ),
         signature=tuple(e.signature(p) for e, p in zip(encoders, programs, strict=True)),
-        range_constraints=tuple(_encode_ranges(p) for p in programs),
+        range_constraints=tuple(encode_ranges(p) for p in programs),
         tensors=tuple(_tensor_digests(p) for p in programs),
     )
     handles = tuple(h for e in encoders for h in e.handles)
@@ -230,6 +235,79 @@ class _Encoder:
 
 def _encode_ranges(program: ExportedProgram) -> Encoded:
     return tuple(sorted((str(sym), str(r)) for sym, r in program.range_constraints.items()))
+
+
+def _encode_own_ranges(program: ExportedProgram) -> Encoded:
+    """The symbol ranges a partition's preprocess can read: those of the symbols its own graph
+    holds (in its nodes' metadata, its branches' too), as its program's range_constraints has
+    them and as their ShapeEnv has them, and whether any other entry is a bool range.
+
+    Why not the whole dict: a partition's program gets a copy of its whole tagged program's
+    range_constraints (backend_api.py), which stock's edge generation remakes from the whole
+    ShapeEnv (_get_updated_range_constraints: every symbol any pass ever made, the replays'
+    fresh unbacked ones numbered by the ShapeEnv's counter). An edit elsewhere in the model, or
+    regional edge generation (region_edge.py, fewer replays), numbers them otherwise while this
+    partition's graph and lowering are the same. What the backends read of it:
+    - XNNPACK: a symbolic size's upper bound, exir/sym_util.eval_upper_bound, bound_sympy of the
+      val's expression over its ShapeEnv's var_to_range: the ranges of that expression's
+      symbols, which are this graph's (its own ShapeEnv column here); xnnpack_preprocess copies
+      range_constraints into its own program, read by nothing else of it.
+    - Core ML: coremltools' exir_utils maps every range_constraints entry to a RangeDim by name
+      and uses those named by an input's shape (this graph's symbols: their column here); a
+      bool range raises in that map whatever its symbol (the flag here).
+    Every symbol of an expression in a value is among free_symbols, so an input's shape, a
+    node's size and a bound are all covered; the graph column already holds their names."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+
+    symbols: set[Any] = set()
+    shape_env = None
+    for value in _meta_values(program.graph_module):
+        held = free_symbols(value)
+        if held and shape_env is None:
+            shape_env = _shape_env_of(value)
+        symbols |= held
+    ranges = program.range_constraints
+    own = tuple(
+        (
+            str(sym),
+            str(ranges[sym]) if sym in ranges else None,
+            str(shape_env.var_to_range.get(sym)) if shape_env is not None else None,
+        )
+        for sym in sorted(symbols, key=str)
+    )
+    other_bool = any(r.is_bool for sym, r in ranges.items() if sym not in symbols)
+    return own, other_bool
+
+
+def _meta_values(graph_module: torch.fx.GraphModule) -> Iterable[Any]:
+    """Every metadata value of the graph's nodes and of its branches' (control flow)."""
+    for module in graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            for node in module.graph.nodes:
+                for name, value in node.meta.items():
+                    if name not in VOLATILE_META:
+                        yield from _flat(value)
+
+
+def _flat(value: Any) -> Iterable[Any]:
+    if isinstance(value, (list, tuple)):
+        for each in value:
+            yield from _flat(each)
+    elif isinstance(value, dict):
+        for each in value.values():
+            yield from _flat(each)
+    elif isinstance(value, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        yield value
+
+
+def _shape_env_of(value: Any) -> Any:
+    """The ShapeEnv of a symbolic value: a SymInt's own, or one of a tensor's sizes'."""
+    if isinstance(value, torch.Tensor):
+        for size in (*value.shape, *value.stride(), value.storage_offset()):
+            if isinstance(size, torch.SymInt):
+                return size.node.shape_env
+        return None
+    return value.node.shape_env
 
 
 def _tensor_digests(program: ExportedProgram) -> Encoded:

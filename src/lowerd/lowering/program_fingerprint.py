@@ -43,7 +43,9 @@ def fingerprint(
         label += " lowering " + json.dumps(lowering_options, sort_keys=True)
     try:
         digests = {
-            name: key_details(label + _keyword_inputs(program), [program], [[]]).digest()
+            name: key_details(
+                label + _keyword_inputs(program), [program], [[]], whole_ranges=True
+            ).digest()
             for name, program in exported.items()
         }
     except Unkeyable:

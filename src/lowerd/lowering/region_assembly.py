@@ -614,6 +614,18 @@ class Assembly:
         return module
 
 
+def _user_desc(node: torch.fx.Node, index: int) -> None:
+    """A user input's `desc` is PlainAOTInput(idx) of its place among the flat user inputs the
+    replays call the unlifted module with (aot_autograd's PlainAOTInput(i) after the weights'
+    descriptors): the program's user inputs in its signature's order, each a placeholder.
+    The template's numbers its cut's inputs (a layer's SymInt input first: one more), and
+    partition_key.py keys it, as a partition's input placeholder's."""
+    from torch._functorch._aot_autograd.descriptors import PlainAOTInput
+
+    if isinstance(node.meta.get("desc"), PlainAOTInput):
+        node.meta = {**node.meta, "desc": PlainAOTInput(idx=index)}  # not the template's dict
+
+
 def _example_value(node: torch.fx.Node, meta: dict[str, Any]) -> None:
     """Strict export's `example_value` on a weight placeholder is the object its `val` is (the
     replays keep both from the unlifted module's get_attr): the remade val is it too."""
@@ -633,7 +645,19 @@ def _source(node: torch.fx.Node) -> Any:
 def assembled_program(
     program: Any, module: torch.fx.GraphModule, asm: Assembly, verifiers: list[Any]
 ) -> Any:
-    """The ExportedProgram `_generate_edge_program` would make around the assembled graph."""
+    """The ExportedProgram `_generate_edge_program` would make around the assembled graph.
+
+    Its range constraints are `_get_updated_range_constraints` of the assembled graph, as
+    stock's: `_generate_edge_program` ends with `_transform(edge_program, *post_op_replace_passes)`,
+    whose DebugHandleGeneratorPass always reports a change, so ExportedProgramPassManager sets
+    them from the graph's ShapeEnv (its var_to_range, keyed past replacements). The ShapeEnv is
+    the program's own, where the templates ran (region_edge.py): its backed symbols' entries
+    (`s0: [2, N]`, export's `[1, N]`) and export's unbacked symbols' are stock's; the replays'
+    fresh unbacked symbols are numbered as fewer replays made them, so those entries differ
+    from stock's in name and number (tests/test_region_llm.py), read by no byte; partition keys
+    hold only their own graph's symbols (partition_key._encode_own_ranges). A static program's
+    ShapeEnv holds only unbacked symbols, if any: the same argument."""
+    from executorch.exir._program_utils import _get_updated_range_constraints
     from torch.export import ExportedProgram
     from torch.export.graph_signature import (
         ExportGraphSignature,
@@ -646,6 +670,9 @@ def assembled_program(
 
     old = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
     lifted = {node.name: tensor for node, tensor in asm.lifted}
+    users = [
+        s.arg.name for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT
+    ]
     specs = []
     for node in module.graph.nodes:
         if node.op != "placeholder":
@@ -656,6 +683,8 @@ def assembled_program(
             spec = copy.deepcopy(old[asm.renamed.get(node.name, node.name)])
             spec.arg = TensorArgument(node.name)
             specs.append(spec)
+            if spec.kind == InputKind.USER_INPUT:
+                _user_desc(node, users.index(asm.renamed.get(node.name, node.name)))
     [out] = [n for n in module.graph.nodes if n.op == "output"]
     outputs = [
         OutputSpec(OutputKind.BUFFER_MUTATION, TensorArgument(value.name), fqn)
@@ -674,7 +703,7 @@ def assembled_program(
         graph=module.graph,
         graph_signature=ExportGraphSignature(specs, outputs),
         state_dict=state,
-        range_constraints=program.range_constraints,
+        range_constraints=_get_updated_range_constraints(module),
         module_call_graph=copy.deepcopy(program.module_call_graph),
         example_inputs=program.example_inputs,
         constants=program.constants,

@@ -136,6 +136,8 @@ partitioner), field by field:
   names the region's own weight, as stock's does. partition_key.py keys `desc`: with the
   template's, a layer's partitions would change key whenever its template does (an edit
   elsewhere), and miss the cache.
+  A user input's `desc`, PlainAOTInput(idx), is its place among the program's user inputs, as
+  the replays number them (region_assembly._user_desc; the template's numbers its cut's).
 - `seq_nr` (autograd's process-wide counter), `original_aten`, `eager_input_vals`, another
   placeholder's `desc`: the template's. No pass, partitioner or emitter of these versions reads
   them (edge_speedups.py), and partition_key.py keys a partition without the first.
@@ -279,8 +281,13 @@ partitioner), field by field:
   is shared: a template's run that changed a backed symbol's range or replacement (an assertion
   that refines `s0`) would leave the later regions in a state stock's run reaches at one layer
   only: NotLocal (checked after each run). With none changed, each layer's facts are on its own
-  fresh symbols, as stock's. Not yet on (MIXED_SYMBOLS): the assembled program's range
-  constraints are export's, stock's its ShapeEnv's, and partition keys hold them.
+  fresh symbols, as stock's. The assembled program's range constraints are remade from that
+  ShapeEnv by stock's function (region_assembly.assembled_program): the backed symbols' and
+  export's unbacked ones' entries are stock's (`s0: [2, N]`, not export's `[1, N]`); the
+  replays' fresh unbacked symbols are numbered by the ShapeEnv's counter, which fewer replays
+  leave lower than stock's: those entries differ (no byte reads them: the emitter does not; a
+  partition's key holds only its own graph's symbols, partition_key._encode_own_ranges, and no
+  tensor's size holds an unbacked symbol: gate).
 - More than one method (prefill/decode; a multimodal program's text_decoder, token_embedding):
   stock's loop makes each method's edge program from that method's aten program and
   partitioners alone; what it shares is the config, read only as the fields above (and
@@ -331,7 +338,7 @@ exported strict under no_grad (bytes and the replays' metadata as stock's);
 tests/test_region_store.py transformers' static cache exported strict (its weights renamed and
 reordered by the replays); tests/test_region_llm.py layers updating their own KV caches with
 llama.update_cache, at a start_pos each reads with `.item()` (and one the rest reads for them
-all: stock; and with a dynamic length, by region with MIXED_SYMBOLS, stock without; a floor
+all: stock; and with a dynamic length, by region; a floor
 division of start_pos: stock);
 tests/test_intx_memo.py an 8da4w project built cold and rebuilt from the intx memo.
 """
@@ -633,17 +640,6 @@ def program_regions(program: Any) -> tuple[list[Region] | None, str | None]:
     return found, None
 
 
-# A layer's runtime assertion of a dynamic length and its own unbacked start_pos (`s0 + u0 <=
-# N`, above: "Unbacked with backed symbols") is assembled with stock's bytes
-# (tests/test_region_llm.py), but the assembled program keeps export's range constraints where
-# stock's edge program has its ShapeEnv's after the replays (`s0: [1, N]` against `[2, N]`, and
-# each replay's fresh unbacked symbols). Every partition key holds the program's range
-# constraints, so the blobs of a regional cold build and of the stock build of its edit (whose
-# layers differ) never match: an edit of optimum's recipe would lower every partition again.
-# Off (stock) until a partition's key holds only the ranges its preprocessing reads.
-MIXED_SYMBOLS = False
-
-
 def _why_signature(program: Any) -> str | None:
     signature = program.graph_signature
     if unusual := [s.kind.name for s in signature.input_specs if s.kind.name not in _INPUT_KINDS]:
@@ -878,7 +874,7 @@ def _why_symbols(program: Any) -> str | None:
     its `_assert_scalar` nodes) each bound by one node as its value (`_why_unbacked`, once
     the regions are known); an unbacked symbol in a tensor's size or stride, a SymFloat, a
     SymBool of a backed symbol: not argued."""
-    from torch.fx.experimental.symbolic_shapes import free_symbols, free_unbacked_symbols
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
     for node in program.graph.nodes:
         value = node.meta.get("val")
@@ -893,12 +889,6 @@ def _why_symbols(program: Any) -> str | None:
             # `s0 <= 8`: a guard export keeps as a node; not argued (`s0 + u0 <= 8`, update_cache's
             # check with a dynamic length, is: it holds its layer's unbacked symbol).
             return f"{node.name} is a symbolic bool of backed symbols alone"
-        if isinstance(value, torch.SymBool) and not MIXED_SYMBOLS:
-            if free_symbols(value) != free_unbacked_symbols(value):
-                return (
-                    f"{node.name} is a symbolic bool of backed and unbacked symbols (by region its "
-                    "program's range constraints are export's, not stock's)"
-                )
         bindings = node.meta.get("unbacked_bindings") or {}
         if any(path != () for path in bindings.values()) or (
             bindings and not isinstance(value, torch.SymInt)
