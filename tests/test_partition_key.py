@@ -218,3 +218,61 @@ def test_a_bool_range_of_another_symbol_is_keyed() -> None:
         sympy.false, sympy.true
     )
     assert details(program).diff(before) == ["range_constraints"]
+
+
+def _unbacked(count: int) -> list[torch.SymInt]:
+    """Unbacked sizes as export's ShapeEnv makes them (u0, u1, ... by its counter), in [0, 8]."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    made = [env.create_unbacked_symint() for _ in range(count)]
+    for size in made:
+        torch._check(size >= 0)
+        torch._check(size <= 8)
+    return made
+
+
+def _keyed(stable_naming: bool, *values: object) -> list[object]:
+    """The values as one partition's encoder keys them, in order."""
+    from lowerd.lowering.partition_key import _encode_value, _Encoder
+
+    encoder = _Encoder(torch.fx.Graph(), stable_naming)
+    return [_encode_value(value, encoder) for value in values]
+
+
+def test_stable_naming_keys_unbacked_symbols_by_first_appearance() -> None:
+    """Stock's edge replays number a partition's unbacked symbols by everything its ShapeEnv
+    made before (u3 in stock's program, u1 in a regional one): the same partition either way."""
+    u0, u1, u2 = _unbacked(3)
+    assert _keyed(True, u2 + 1, u1 * 2) == _keyed(True, u0 + 1, u2 * 2)
+    assert _keyed(True, u2 + 1, u2 * 2) != _keyed(True, u0 + 1, u2 * 2)  # one symbol or two
+    assert _keyed(False, u2 + 1) != _keyed(False, u0 + 1)  # exact naming keeps the names
+
+
+def test_two_unbacked_symbols_first_met_together_are_not_keyed() -> None:
+    """Their order of appearance is undefined: no name for either would be exact."""
+    u0, u1 = _unbacked(2)
+    with pytest.raises(Unkeyable):
+        _keyed(True, u0 + u1)
+    assert _keyed(True, u1, u0 + u1) == _keyed(True, u0, u1 + u0)
+
+
+def test_the_ranges_of_renamed_unbacked_symbols_are_keyed() -> None:
+    """XNNPACK sizes a dynamic tensor by the upper bound of its symbols' ranges."""
+
+    class Sliced(torch.nn.Module):
+        def __init__(self, high: int):
+            super().__init__()
+            self.high = high
+
+        def forward(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+            n = rows[0].item()
+            torch._check(n >= 1)
+            torch._check(n <= self.high)
+            return torch.relu(x[:n])
+
+    def program(high: int) -> torch.export.ExportedProgram:
+        return torch.export.export(Sliced(high), (torch.randn(8, 4), torch.tensor([3])))
+
+    assert stable(program(8)).digest() == stable(program(8)).digest()
+    assert "range_constraints" in stable(program(8)).details.diff(stable(program(7)).details)

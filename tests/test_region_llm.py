@@ -118,11 +118,6 @@ def test_layers_reading_start_pos_with_item_are_generated_by_region() -> None:
     assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a partition after custom_sdpa keys its eager_input_vals' fresh unbacked symbol by "
-    "name (stock's u3, by region u1): partition keys need symbols named by first appearance",
-)
 def test_partition_keys_of_layers_reading_start_pos_with_item_are_stock_s() -> None:
     """The replays' fresh symbols, in both programs' range constraints, are in no partition's
     key: a regional cold build and the stock build of its edit share blobs."""

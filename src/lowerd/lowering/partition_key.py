@@ -28,7 +28,8 @@ Encoded = tuple[Any, ...]
 
 # Bump when the key's structure or the cached value's encoding changes. 3: a partition is keyed
 # on the ranges of its own graph's symbols (_encode_own_ranges), not its program's whole dict.
-FORMAT_VERSION = 3
+# 4: with stable naming, unbacked symbols are named by their order of first appearance.
+FORMAT_VERSION = 4
 
 # Node metadata that differs between runs or only records where a node came from. `from_node`
 # holds id(graph); the rest are provenance that no backend serializes. `delegation_tag` is the
@@ -108,7 +109,6 @@ def key_details(
     """Key of one preprocess call; several programs when a backend preprocesses methods together.
     `whole_ranges`: key each program's whole range_constraints (a program fingerprint, whose
     symbols are all its graph's), not only its graph's symbols' ranges (a partition)."""
-    encode_ranges = _encode_ranges if whole_ranges else _encode_own_ranges
     encoders = [_Encoder(p.graph_module.graph, stable_naming) for p in programs]
     details = PartitionKeyDetails(
         format_version=FORMAT_VERSION,
@@ -122,7 +122,11 @@ def key_details(
             e.submodules(p.graph_module) for e, p in zip(encoders, programs, strict=True)
         ),
         signature=tuple(e.signature(p) for e, p in zip(encoders, programs, strict=True)),
-        range_constraints=tuple(encode_ranges(p) for p in programs),
+        # After the graphs: their encoders have named the unbacked symbols the ranges name.
+        range_constraints=tuple(
+            _encode_ranges(p) if whole_ranges else _encode_own_ranges(p, e)
+            for e, p in zip(encoders, programs, strict=True)
+        ),
         tensors=tuple(_tensor_digests(p) for p in programs),
     )
     handles = tuple(h for e in encoders for h in e.handles)
@@ -148,14 +152,48 @@ def _encode_compile_specs(specs: Iterable[Any]) -> Encoded:
 
 
 class _Encoder:
-    """Encodes one program's graph. With stable naming, a node is named by its position and a
-    debug handle by its order of first appearance, so inserting an op elsewhere in the model,
-    which renumbers both across the whole graph, leaves this partition's key unchanged."""
+    """Encodes one program's graph. With stable naming, a node is named by its position, a
+    debug handle and an unbacked symbol by their order of first appearance, so inserting an op
+    elsewhere in the model, which renumbers all three across the whole graph, leaves this
+    partition's key unchanged.
+
+    Unbacked symbols: a ShapeEnv numbers them by a counter over everything it ever made, and
+    stock's edge generation makes fresh ones in its replays (a partition after custom_sdpa holds
+    u3 in stock's program, u1 in a regional one, for one graph and one lowering). What a backend
+    with stable naming reads of a symbol is its range, not its name: XNNPACK sizes a dynamic
+    tensor by its upper bound (exir/sym_util.eval_upper_bound: bound_sympy of the expression over
+    its symbols' ranges) and serializes no symbol. So the key holds each expression with its
+    unbacked symbols renamed `u#k`, and each renamed symbol's ranges (_encode_own_ranges). Backed
+    symbols keep their names: export names them by input (s27 for a dim of input 2), alike in
+    every program of one model. Two new unbacked symbols first met in one expression have no
+    order of appearance between them: Unkeyable."""
 
     def __init__(self, graph: torch.fx.Graph, stable_naming: bool):
         self.stable = stable_naming
         self.positions = {node.name: f"%{i}" for i, node in enumerate(graph.nodes)}
         self.handles: list[int] = []
+        self.unbacked: dict[Any, Any] = {}  # sympy Symbol -> its stable name's Symbol
+
+    def symbolic(self, expression: Any) -> str:
+        """A sympy expression as the key holds it: with stable naming, its unbacked symbols
+        renamed by order of first appearance."""
+        if not self.stable:
+            return str(expression)
+        return str(expression.xreplace(self.unbacked_names(expression.free_symbols)))
+
+    def unbacked_names(self, symbols: Iterable[Any]) -> dict[Any, Any]:
+        import sympy  # type: ignore[import-untyped]
+        from torch.utils._sympy.symbol import SymT, symbol_is_type
+
+        unbacked = [
+            s for s in symbols if symbol_is_type(s, (SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT))
+        ]
+        new = [s for s in unbacked if s not in self.unbacked]
+        if len(new) > 1:
+            raise Unkeyable(f"unbacked symbols {sorted(map(str, new))} first met together")
+        for symbol in new:
+            self.unbacked[symbol] = sympy.Symbol(f"u#{len(self.unbacked)}", **symbol.assumptions0)
+        return {s: self.unbacked[s] for s in unbacked}
 
     def graph(self, graph: torch.fx.Graph) -> Encoded:
         return tuple(self.node(node) for node in graph.nodes)
@@ -207,6 +245,7 @@ class _Encoder:
             if isinstance(owner, torch.fx.GraphModule):
                 branch = _Encoder(owner.graph, self.stable)
                 branch.handles = self.handles  # one numbering across the whole partition
+                branch.unbacked = self.unbacked
                 encoded.append((node.target, branch.graph(owner.graph), branch.submodules(owner)))
             elif isinstance(owner, torch.Tensor):
                 encoded.append((node.target, _tensor_digest(owner)))
@@ -237,7 +276,7 @@ def _encode_ranges(program: ExportedProgram) -> Encoded:
     return tuple(sorted((str(sym), str(r)) for sym, r in program.range_constraints.items()))
 
 
-def _encode_own_ranges(program: ExportedProgram) -> Encoded:
+def _encode_own_ranges(program: ExportedProgram, encoder: _Encoder) -> Encoded:
     """The symbol ranges a partition's preprocess can read: those of the symbols its own graph
     holds (in its nodes' metadata, its branches' too), as its program's range_constraints has
     them and as their ShapeEnv has them, and whether any other entry is a bool range.
@@ -256,7 +295,8 @@ def _encode_own_ranges(program: ExportedProgram) -> Encoded:
       and uses those named by an input's shape (this graph's symbols: their column here); a
       bool range raises in that map whatever its symbol (the flag here).
     Every symbol of an expression in a value is among free_symbols, so an input's shape, a
-    node's size and a bound are all covered; the graph column already holds their names."""
+    node's size and a bound are all covered; the graph column already holds their names, as
+    `encoder` named them (stable names for unbacked symbols), under which they are listed."""
     from torch.fx.experimental.symbolic_shapes import free_symbols
 
     symbols: set[Any] = set()
@@ -268,12 +308,14 @@ def _encode_own_ranges(program: ExportedProgram) -> Encoded:
         symbols |= held
     ranges = program.range_constraints
     own = tuple(
-        (
-            str(sym),
-            str(ranges[sym]) if sym in ranges else None,
-            str(shape_env.var_to_range.get(sym)) if shape_env is not None else None,
+        sorted(
+            (
+                encoder.symbolic(sym),
+                str(ranges[sym]) if sym in ranges else None,
+                str(shape_env.var_to_range.get(sym)) if shape_env is not None else None,
+            )
+            for sym in sorted(symbols, key=str)  # an order to name any not yet met in
         )
-        for sym in sorted(symbols, key=str)
     )
     other_bool = any(r.is_bool for sym, r in ranges.items() if sym not in symbols)
     return own, other_bool
@@ -362,9 +404,13 @@ def _encode_value(value: Any, encoder: _Encoder | None = None) -> Any:  # noqa: 
     if isinstance(value, torch.fx.Node):
         return ("node", encoder.name(value.name) if encoder else value.name)
     if isinstance(value, torch.Tensor):
-        return _encode_tensor_meta(value)
+        return _encode_tensor_meta(value, encoder)
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        if encoder is not None and value.node.is_symbolic():
+            return ("sym", encoder.symbolic(value.node.expr))
         return ("sym", str(value))
+    if encoder is not None and _is_sympy(value):  # unbacked_bindings' keys, for one
+        return ("sympy", encoder.symbolic(value))
     if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
         return ("torch", str(value))
     if isinstance(value, enum.Enum):
@@ -403,14 +449,20 @@ def _versioned_type(value: Any) -> bool:
     return module.split(".")[0] in _VERSIONED_PACKAGES and "<locals>" not in value.__qualname__
 
 
-def _encode_tensor_meta(tensor: torch.Tensor) -> Encoded:
+def _is_sympy(value: Any) -> bool:
+    import sympy
+
+    return isinstance(value, sympy.Basic)
+
+
+def _encode_tensor_meta(tensor: torch.Tensor, encoder: _Encoder | None) -> Encoded:
     """A tensor in metadata (meta["val"], eager_input_vals) is keyed by what it describes; its
     strides also decide its dim order."""
     return (
         "tensor",
         str(tensor.dtype),
-        tuple(_encode_value(s) for s in tensor.shape),
-        tuple(_encode_value(s) for s in tensor.stride()),
+        tuple(_encode_value(s, encoder) for s in tensor.shape),
+        tuple(_encode_value(s, encoder) for s in tensor.stride()),
         tensor.requires_grad,
     )
 
