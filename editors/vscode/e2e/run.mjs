@@ -147,12 +147,16 @@ async function quickOpen(keys, text) {
   await input.fill(text);
 }
 
+/** What `chooseRow` answers when the list closed under it before the row was chosen. */
+const CLOSED = Symbol("the list closed");
+
 /**
  * Runs the row labelled `label` of a list (the quick input's, the code actions'): waits for it,
  * moves the focus to it with the arrow keys (each step waits for the focus to move) and presses
- * Enter, as a user does from the keyboard.
+ * Enter, as a user does from the keyboard. With `closable`, a list seen empty (VS Code closed it)
+ * answers CLOSED instead of waiting on: the caller opens it again, as the user would.
  */
-async function chooseRow(rowsSelector, labelSelector, label) {
+async function chooseRow(rowsSelector, labelSelector, label, closable = false) {
   const rows = () =>
     page.$$eval(
       rowsSelector,
@@ -163,31 +167,81 @@ async function chooseRow(rowsSelector, labelSelector, label) {
         })),
       labelSelector,
     );
+  const closed = (all) => closable && all.length === 0;
   let focused = await until(`"${label}" in the list`, async () => {
     const all = await rows();
     const focus = all.find((row) => row.focused)?.label;
+    if (closed(all)) {
+      return { done: true, value: CLOSED, seen: all };
+    }
     return { done: all.some((row) => row.label === label) && focus !== undefined, value: focus, seen: all };
   });
   for (let step = 0; focused !== label; step++) {
+    if (focused === CLOSED) {
+      return CLOSED;
+    }
     if (step > 50) {
       throw new Error(`the arrow keys never reached "${label}" (the focus stayed on "${focused}")`);
     }
     const from = focused;
     await page.keyboard.press("ArrowDown");
     focused = await until(`the focus to move down from "${from}"`, async () => {
-      const focus = (await rows()).find((row) => row.focused)?.label;
+      const all = await rows();
+      const focus = all.find((row) => row.focused)?.label;
+      if (closed(all)) {
+        return { done: true, value: CLOSED, seen: all };
+      }
       return { done: focus !== undefined && focus !== from, value: focus, seen: focus };
     });
   }
   await page.keyboard.press("Enter");
+  return label;
 }
 
 function pickRow(label) {
   return chooseRow(".quick-input-widget .quick-input-list .monaco-list-row", ".label-name", label);
 }
 
-function chooseCodeAction(title) {
-  return chooseRow(".action-widget .monaco-list-row", ".title", title);
+const ACTION_ROWS = ".action-widget .monaco-list-row";
+
+/** The code actions' list as shown (each row's title), and VS Code's message when it found none. */
+function codeActionsShown() {
+  return page.evaluate((rowsSelector) => {
+    const rows = [...document.querySelectorAll(rowsSelector)].map((row) =>
+      (row.querySelector(".title")?.textContent ?? row.textContent ?? "").trim(),
+    );
+    const message = document.querySelector(".monaco-editor-overlaymessage .message")?.textContent?.trim() || null;
+    return { rows, message };
+  }, ACTION_ROWS);
+}
+
+/**
+ * Opens the code actions at the cursor (Ctrl+.) and runs the one titled `title`. VS Code closes
+ * the list when what the editor shows changes under it (a build's result arriving refreshes the
+ * diagnostics, lenses and hints), and answers "No code actions available" while the client
+ * re-pulls the diagnostics; both are seen on the page, and the user presses Ctrl+. again. Each
+ * reopening is recorded in `reopened` (the phase's observations), never silently. Answers the
+ * titles of the list the action was run from.
+ */
+async function runCodeAction(title, reopened) {
+  for (let attempt = 1; ; attempt++) {
+    await openCodeActions();
+    const shown = await until("the code actions' list, or VS Code's message that there are none", async () => {
+      const now = await codeActionsShown();
+      return { done: now.rows.length > 0 || now.message !== null, value: now, seen: now };
+    });
+    const outcome =
+      shown.rows.length > 0 ? await chooseRow(ACTION_ROWS, ".title", title, true) : `VS Code: ${shown.message}`;
+    if (outcome === title) {
+      return shown.rows;
+    }
+    const why = outcome === CLOSED ? "the list closed before the action was chosen" : outcome;
+    if (attempt === 3) {
+      throw new Error(`Ctrl+. three times without running "${title}": ${[...reopened, why].join("; ")}`);
+    }
+    reopened.push(why);
+    await page.keyboard.press("Escape");
+  }
 }
 
 /** The active editor group's index and its active tab's label. */
@@ -372,29 +426,22 @@ try {
   await phase("code-action", async () => {
     await openModel();
     await goToLine(lines.pow, config.columns.pow);
-    await openCodeActions();
-    const titles = await until("lowerd's code actions on the pow warning", async () => {
-      const rows = await page.$$eval(".action-widget .monaco-list-row", (all) =>
-        all.map((row) => (row.querySelector(".title")?.textContent ?? row.textContent ?? "").trim()),
-      );
-      return { done: rows.some((t) => t.startsWith("lowerd: Explain this rebuild")), seen: rows };
-    });
-    const explain = `lowerd: Explain this rebuild of ${config.target}`;
-    await chooseCodeAction(explain);
+    const reopened = [];
+    const titles = await runCodeAction(`lowerd: Explain this rebuild of ${config.target}`, reopened);
     const document = await until("the explanation document beside the code", async () => {
       const text = await page.$$eval(".editor-group-container.active .monaco-editor .view-lines .view-line", (all) =>
         all.map((line) => (line.textContent ?? "").replace(/\u00a0/g, " ")).join("\n"),
       );
       return { done: text.includes("# lowerd explain") && text.includes(config.target), seen: { text, tabs: await tabs() } };
     });
-    return { titles, document };
+    return { titles, reopened, document };
   });
 
   await phase("compare-view", async () => {
     await openModel();
     await goToLine(lines.cumsum, config.columns.cumsum);
-    await openCodeActions();
-    await chooseCodeAction(`lowerd: Compare backends for ${config.target}`);
+    const reopened = [];
+    await runCodeAction(`lowerd: Compare backends for ${config.target}`, reopened);
     await until('a "lowerd compare" tab', async () => {
       const all = await tabs();
       return { done: all.some((t) => t.label.startsWith("lowerd compare")), seen: all };
@@ -406,7 +453,7 @@ try {
       const view = texts.find((t) => t.includes(heading) && t.includes("XNNPACK") && t.includes("coverage"));
       return { done: view !== undefined, value: view, seen: texts.map((t) => t.slice(0, 500)) };
     });
-    return { text: text.slice(0, 2000) };
+    return { text: text.slice(0, 2000), reopened };
   });
 
   await phase("save-fix", async () => {
