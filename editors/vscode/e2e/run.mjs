@@ -147,6 +147,19 @@ async function quickOpen(keys, text) {
   await input.fill(text);
 }
 
+/** A list's rows as shown: each row's label and whether it has the focus. */
+function listRows(rowsSelector, labelSelector) {
+  return page.$$eval(
+    rowsSelector,
+    (all, selector) =>
+      all.map((row) => ({
+        label: (row.querySelector(selector)?.textContent ?? row.getAttribute("aria-label") ?? "").trim(),
+        focused: row.classList.contains("focused"),
+      })),
+    labelSelector,
+  );
+}
+
 /** What `chooseRow` answers when the list closed under it before the row was chosen. */
 const CLOSED = Symbol("the list closed");
 
@@ -157,16 +170,7 @@ const CLOSED = Symbol("the list closed");
  * answers CLOSED instead of waiting on: the caller opens it again, as the user would.
  */
 async function chooseRow(rowsSelector, labelSelector, label, closable = false) {
-  const rows = () =>
-    page.$$eval(
-      rowsSelector,
-      (all, selector) =>
-        all.map((row) => ({
-          label: (row.querySelector(selector)?.textContent ?? row.getAttribute("aria-label") ?? "").trim(),
-          focused: row.classList.contains("focused"),
-        })),
-      labelSelector,
-    );
+  const rows = () => listRows(rowsSelector, labelSelector);
   const closed = (all) => closable && all.length === 0;
   let focused = await until(`"${label}" in the list`, async () => {
     const all = await rows();
@@ -205,14 +209,12 @@ function pickRow(label) {
 const ACTION_ROWS = ".action-widget .monaco-list-row";
 
 /** The code actions' list as shown (each row's title), and VS Code's message when it found none. */
-function codeActionsShown() {
-  return page.evaluate((rowsSelector) => {
-    const rows = [...document.querySelectorAll(rowsSelector)].map((row) =>
-      (row.querySelector(".title")?.textContent ?? row.textContent ?? "").trim(),
-    );
-    const message = document.querySelector(".monaco-editor-overlaymessage .message")?.textContent?.trim() || null;
-    return { rows, message };
-  }, ACTION_ROWS);
+async function codeActionsShown() {
+  const rows = (await listRows(ACTION_ROWS, ".title")).map((row) => row.label);
+  const message = await page.evaluate(
+    () => document.querySelector(".monaco-editor-overlaymessage .message")?.textContent?.trim() || null,
+  );
+  return { rows, message };
 }
 
 /**
