@@ -1,5 +1,5 @@
 """ExecuTorch's partitioning and emission with lowerd's shortcuts (lowering/partition_speedups.py,
-emit_speedups.py) give stock's partitions and bytes.
+emit_speedups.py, dtype_checks.py) give stock's partitions and bytes.
 
 Stock here is tests/stock.py: a plain ExecuTorch run with nothing of lowerd's installed.
 """
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from lowerd.lowering import partition_speedups
+from lowerd.lowering.dtype_checks import DtypeChecks
 from lowerd.lowering.emit_speedups import EmitSpeedups
 from lowerd.lowering.merge_checks import MergeChecks
 from lowerd.lowering.partition_speedups import PartitionSpeedups
@@ -105,8 +106,8 @@ def test_a_llama_partitioned_with_the_shortcuts_is_stock_s_bytes(
         return answer
 
     monkeypatch.setattr(MergeChecks, "can_merge", both)
-    speedups, emission = PartitionSpeedups(), EmitSpeedups()
-    with speedups.installed(), emission.installed():
+    speedups, emission, checks = PartitionSpeedups(), EmitSpeedups(), DtypeChecks()
+    with speedups.installed(), emission.installed(), checks.installed():
         edge, buffer = lower_stock(call_entry(LLAMA, ENTRY), [XnnpackPartitioner()])
 
     assert sha256(buffer) == sha256(stock)
@@ -118,6 +119,9 @@ def test_a_llama_partitioned_with_the_shortcuts_is_stock_s_bytes(
     assert speedups.recompiles_held == len(delegates) > 1
     assert speedups.legalized_in_place == len(delegates)
     assert in_place_states == stock_states
+    # the edge program's checks at to_backend and of its fake copy, and the partitions'
+    # of one structure with another's, answered without a run
+    assert checks.answered >= 2 + 1
     assert emission.retraces_skipped == 1  # SpecPropPass's, after the dim order's plain retrace
     # ExecuTorch's functions are back once it is uninstalled.
     assert GroupBasedPartitioner._can_merge_partitions is executorch_s
@@ -203,3 +207,62 @@ def test_emission_shortcut_puts_executorch_back_even_nested(
     monkeypatch.setattr(emit_speedups, "validated_versions", lambda: False)
     with EmitSpeedups().installed():
         assert (LegalizePortableDimOrderPass.__call__, SpecPropPass.__call__) == before
+
+
+def test_dtype_checks_answer_a_graph_that_passed_and_run_every_other() -> None:
+    """The edge dialect's dtype check is answered for a graph whose key passed before in the
+    lowering; a graph changed since (one node's dtype: a violation) is checked, and raises,
+    every time; a dynamic size is spelled by its symbol, an unbacked one not (always checked)."""
+    import torch
+    from executorch.exir import to_edge
+    from executorch.exir.verification.verifier import SpecViolationError
+
+    from lowerd.lowering.dtype_checks import DtypeChecks
+
+    class Scaled(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (x + 1.0) * 2.0
+
+    from executorch.exir.verification import verifier
+
+    executorch_s = verifier._check_tensor_args_matching_op_allowed_dtype
+    x = torch.randn(3, 4)
+    checks = DtypeChecks()
+    with checks.installed():
+        program = to_edge(torch.export.export(Scaled(), (x,))).exported_program()
+        before = (checks.run, checks.answered)
+        program._validate()
+        program._validate()
+        assert (checks.run, checks.answered) == (before[0], before[1] + 2)
+
+        [add] = [n for n in program.graph.nodes if "add" in str(n.target)]
+        add.meta["val"] = add.meta["val"].to(torch.int32)  # an add of floats giving ints
+        for _ in range(2):
+            with pytest.raises(SpecViolationError, match="mismatched dtypes"):
+                program._validate()
+        assert checks.answered == before[1] + 2
+
+        # A dynamic size is spelled by its symbol; the check left the ShapeEnv as it was.
+        dim = torch.export.Dim("rows", min=2, max=8)
+        exported = torch.export.export(Scaled(), (x,), dynamic_shapes=({0: dim},))
+        dynamic = to_edge(exported).exported_program()
+        key = DtypeChecks.key(dynamic.graph_module)
+        assert key is not None and "('symbol', 's" in str(key)
+        answered = checks.answered
+        dynamic._validate()
+        assert checks.answered == answered + 1
+
+        # A value of a kind the key does not spell (a size's unbacked symbol): always run.
+        class Counted(torch.nn.Module):
+            def forward(self, n: torch.Tensor) -> torch.Tensor:
+                k = n.item()
+                torch._check(k >= 0)
+                torch._check(k <= 8)
+                return torch.zeros(k) + 1.0
+
+        counted = to_edge(torch.export.export(Counted(), (torch.tensor(3),))).exported_program()
+        assert DtypeChecks.key(counted.graph_module) is None
+        ran = checks.run
+        counted._validate()
+        assert checks.run == ran + 1
+    assert verifier._check_tensor_args_matching_op_allowed_dtype is executorch_s

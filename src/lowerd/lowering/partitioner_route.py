@@ -6,7 +6,7 @@ edge generation and partitioning. lowerd hands ExecuTorch each partitioner wrapp
 (lowering/observed_partitioner.py), to hear the reasons a backend gives for the nodes it leaves
 and to report each method as soon as the last partitioner has split it, and speeds up what gives
 the same program either way (lowering/edge_speedups.py, xnnpack_passes.py, vulkan_patterns.py,
-partition_speedups.py).
+partition_speedups.py, dtype_checks.py).
 """
 
 from __future__ import annotations
@@ -117,6 +117,7 @@ def edge_speedups(speedups: EdgeSpeedups, regional: RegionalEdge | None = None) 
     `regional`, edge generation by region (inside the replay skipping, which then applies to each
     region's own run)."""
     from lowerd.lowering.cia_ops import cia_ops_materialized_once
+    from lowerd.lowering.dtype_checks import DtypeChecks
     from lowerd.lowering.partition_speedups import PartitionSpeedups
     from lowerd.lowering.vulkan_patterns import pattern_graphs_made_once
     from lowerd.lowering.xnnpack_passes import XnnpackPassSkips
@@ -126,6 +127,7 @@ def edge_speedups(speedups: EdgeSpeedups, regional: RegionalEdge | None = None) 
         cia_ops_materialized_once(),
         XnnpackPassSkips(speedups.store).installed(),
         PartitionSpeedups().installed(),
+        DtypeChecks().installed(),
         pattern_graphs_made_once(),
         regional.installed() if regional is not None else nullcontext(),
     ):
