@@ -130,6 +130,20 @@ def replay_metadata(manager: Any) -> list[Any]:
     ]
 
 
+def partition_keys(program: Any) -> list[str]:
+    """Each delegate's partition key (preprocess_cache.py's: XNNPACK's stable naming)."""
+    from lowerd.lowering.partition_key import key_details
+
+    module = program.graph_module
+    lowered = [getattr(module, str(n.target)) for n in module.graph.nodes if n.op == "get_attr"]
+    return [
+        key_details(
+            each.backend_id, [each.original_module], [each.compile_specs], stable_naming=True
+        ).digest()
+        for each in lowered
+    ]
+
+
 def spying(seen: list[RegionalEdge], installed: Any) -> Any:
     """RegionalEdge.installed that first appends the RegionalEdge to `seen`."""
 

@@ -86,11 +86,12 @@ def test_a_one_layer_edit_misses_only_the_edited_partition(layers_built: dict[st
     the partition holding layer 0's activation is preprocessed again. The three layer templates
     are read back from the first build's store (template_store.py), each for another layer than
     it was made of (the plain one made of layer 1 serves layer 0, the GELU one made of layer 0
-    serves layer 3); the rest is generated again (its edge nodes take values its inputs carry)."""
+    serves layer 3); the rest's, whose edge nodes take values its inputs carry, is read back
+    for the rest alone (its nodes' names and source locations as when it was made)."""
     edited = layers_built["edited"]
     assert edited["sha256"] == edited["stock"]
-    assert edited["runs"] == [RegionalRun(regions=5, templates=4, stock_because=None, reused=3)]
-    assert edited["says"] == EdgeGeneration.regional(regions=5, templates=4, reused=3)
+    assert edited["runs"] == [RegionalRun(regions=5, templates=4, stock_because=None, reused=4)]
+    assert edited["says"] == EdgeGeneration.regional(regions=5, templates=4, reused=4)
     assert edited["cache"].misses == 1 and edited["cache"].hits > 1
 
 
@@ -107,10 +108,10 @@ def test_the_result_explain_and_the_editor_name_the_regional_path(
     written = document["methods"][method]["edge_generation"]
     assert written == {"path": "regional", "regions": 5, "templates": 4, "words": regional.words}
     assert decode(TargetResult, document).methods[method].edge_generation == regional
-    # The record is the edited build's (regional too, its layer templates read from the
-    # cache), read back through the record's checks.
+    # The record is the edited build's (regional too, its layer templates and the rest's read
+    # from the cache), read back through the record's checks.
     [explained] = explain_targets(config, ["llama"]).targets
-    edited = EdgeGeneration.regional(regions=5, templates=4, reused=3)
+    edited = EdgeGeneration.regional(regions=5, templates=4, reused=4)
     assert explained.edge_generation == {method: edited}
     assert f"  edge generation of {method}: {edited.words}" in explained.lines
     entry = site_of(result.entry, config.root)

@@ -12,7 +12,7 @@ from torch import nn
 
 from lowerd.lowering.region_edge import RegionalRun, program_regions
 
-from regional import Stack, regional_and_stock
+from regional import Stack, partition_keys, regional_and_stock
 from stock import sha256
 
 
@@ -122,7 +122,7 @@ def test_partition_keys_of_layers_reading_start_pos_with_item_are_stock_s() -> N
     key: a regional cold build and the stock build of its edit share blobs."""
     edges: list[Any] = []
     regional_and_stock(_positioned_program(), edges=edges, again=_positioned_program)
-    stock_keys, mine_keys = (_partition_keys(e.exported_program()) for e in edges)
+    stock_keys, mine_keys = (partition_keys(e.exported_program()) for e in edges)
     assert len(mine_keys) > 1 and mine_keys == stock_keys
 
 
@@ -200,7 +200,7 @@ def test_an_assertion_of_a_dynamic_length_and_start_pos_is_generated_by_region()
     assert runs == [RegionalRun(regions=4, templates=2, stock_because=None)]
     stock_ranges, mine_ranges = (_kept_ranges(e.exported_program()) for e in edges)
     assert mine_ranges == stock_ranges and mine_ranges[0] == ("s27", "VR[2, 7]")
-    stock_keys, mine_keys = (_partition_keys(e.exported_program()) for e in edges)
+    stock_keys, mine_keys = (partition_keys(e.exported_program()) for e in edges)
     assert len(mine_keys) > 1 and mine_keys == stock_keys
 
 
@@ -218,20 +218,6 @@ def _kept_ranges(program: torch.export.ExportedProgram) -> list[tuple[str, str]]
         for s, r in program.range_constraints.items()
         if str(s).startswith("s") or str(s) in export_made
     )
-
-
-def _partition_keys(program: torch.export.ExportedProgram) -> list[str]:
-    """Each delegate's partition key (preprocess_cache.py's: XNNPACK's stable naming)."""
-    from lowerd.lowering.partition_key import key_details
-
-    module = program.graph_module
-    lowered = [getattr(module, str(n.target)) for n in module.graph.nodes if n.op == "get_attr"]
-    return [
-        key_details(
-            each.backend_id, [each.original_module], [each.compile_specs], stable_naming=True
-        ).digest()
-        for each in lowered
-    ]
 
 
 class Halved(Growing):

@@ -25,6 +25,7 @@ from regional import (
     exported,
     lowered,
     lowered_through,
+    partition_keys,
     regional_against_stock,
     regional_and_stock,
     replay_metadata,
@@ -65,6 +66,68 @@ def test_transformers_static_cache_is_generated_by_region(static_cache_program: 
         stock, mine, runs = regional_against_stock("static-cache-llama", static_cache_program)
     assert mine == stock
     assert runs == [RegionalRun(regions=3, templates=2, stock_because=None)]
+
+
+def test_a_dynamic_program_s_templates_are_kept_and_read_back_with_stock_s_sizes(
+    static_cache_program: Any, tmp_path: Any
+) -> None:
+    """A dynamic sequence puts the program's backed symbol (`s11`) in a template's sizes and
+    sym nodes, and its layers write their caches in place (BUFFER_MUTATION outputs): the store
+    holds both (size_expressions.py; the buffer by its input place), the next build reads the
+    layer's template back, and its bytes, partition keys, values and range constraints are
+    stock's (before, a symbolic size made every template of this flow unstorable, so each edit
+    generated them all again)."""
+    edges: list[Any] = []
+    with torch.no_grad():
+        stock = lowered(static_cache_program, None, edges)
+        store = BlobStore(tmp_path / "cache")
+        first, second = TemplateStore(store), TemplateStore(store)
+        made = lowered_through(static_cache_program, first, edges)
+        read = lowered_through(static_cache_program, second, edges)
+    assert sha256(made[0]) == sha256(read[0]) == sha256(stock)
+    # the layer's template and the rest's (read back for the rest alone, its metadata the same)
+    assert made[1] == [RegionalRun(3, 2, None, reused=0)] and first.stored == 2
+    assert read[1] == [RegionalRun(3, 2, None, reused=2)] and second.stored == 0
+    stock_edge, made_edge, read_edge = (edge.exported_program() for edge in edges)
+    # Equal to the keys of the template made in the build (one of which is not stock's: the
+    # rest's rotary `cat` carries torch.compiler.disable's `custom` annotation naming the
+    # function around the replay, `wrapper`, where stock's names `cat`; bytes are equal)
+    assert partition_keys(read_edge) == partition_keys(made_edge)
+    assert _values(read_edge) == _values(stock_edge)
+    assert str(read_edge.range_constraints) == str(stock_edge.range_constraints)
+    assert replay_metadata(edges[2]) == replay_metadata(edges[0])
+    # The rest's template (its lifted constants' metadata found in none of its nodes: stored
+    # for the rest alone) is generated again once a line above the forward moved: here its
+    # nodes' stack traces rewritten, and back as they were after.
+    rest = [n for n in static_cache_program.graph.nodes if "layers" not in _stack(n)]
+    traces = {node: node.meta["stack_trace"] for node in rest if "stack_trace" in node.meta}
+    try:
+        for node, trace in traces.items():
+            node.meta["stack_trace"] = f"{trace}\n  (a line moved)"
+        third = TemplateStore(store)
+        with torch.no_grad():
+            moved = lowered_through(static_cache_program, third)
+    finally:
+        for node, trace in traces.items():
+            node.meta["stack_trace"] = trace
+    assert sha256(moved[0]) == sha256(stock)
+    assert moved[1] == [RegionalRun(3, 2, None, reused=1)] and not third.problems
+
+
+def _stack(node: Any) -> str:
+    return str(node.meta.get("nn_module_stack"))
+
+
+def _values(program: Any) -> list[tuple[str, str]]:
+    """Each node's sizes (a tensor's shape and stride, a sym node's value) as written: a
+    symbolic size by its expression."""
+    written = []
+    for node in program.graph.nodes:
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            value = (tuple(value.shape), value.stride())
+        written.append((node.name, str(value)))
+    return written
 
 
 class AlikeNames(nn.Module):

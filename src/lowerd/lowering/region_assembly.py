@@ -50,6 +50,9 @@ class Template:
     edge: Any  # the region's edge ExportedProgram
     cut_graph: int  # id() of the cut program's graph: the provenance link to the region's nodes
     preserved: list[Any]  # ops the partitioners kept from decomposition
+    # A template read back for the region it was made from, whose per-layer metadata are the
+    # region's own node for node (template_store.py): its values are kept as they are.
+    own_metadata: bool = False
 
 
 def region_root(node: torch.fx.Node, graph_id: int) -> str | None:
@@ -531,7 +534,7 @@ class Assembly:
         meta["val"] = self.fake(node.meta.get("val"))
         meta.pop("debug_handle", None)
         _example_value(node, meta)
-        if copy_.is_template:
+        if copy_.is_template or copy_.template.own_metadata:
             return meta
         for key in PER_LAYER_META:
             if key not in meta:

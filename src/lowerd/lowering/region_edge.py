@@ -947,7 +947,7 @@ def _templates(
         keys.append(key)
         if key in by_structure:
             continue
-        stored_key = store.key(region, key[1], config, partitioners) if store else None
+        stored_key = store.key(program, region, key[1], config, partitioners) if store else None
         if store is not None and (kept := store.get(stored_key, program, region)) is not None:
             if region.key is not None:
                 _check_layer_edge(kept.edge, region)

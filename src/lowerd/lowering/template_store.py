@@ -14,8 +14,11 @@ the region's inputs. The entry holds exactly that, as msgpack of plain data and 
   (checked when stored: the name must resolve to the target itself);
 - arguments as tagged plain values (nodes by index, ints, floats, bools, strings, dtypes,
   devices, layouts, memory formats, tuples and lists as they were);
-- metadata field by field, only the keys listed in `_META` (any other key, or a symbolic value,
-  makes the template unstorable: the next build generates it again). Strict export's
+- metadata field by field, only the keys listed in `_META` (any other key, or a value holding
+  an unbacked symbol, makes the template unstorable: the next build generates it again). A
+  dynamic program's sizes (a sym node's value, a fake tensor's shape and stride: `s11`,
+  `64*s11`) are written as their expressions in the program's backed symbols and read back as
+  the same expressions in the reading program's ShapeEnv (size_expressions.py); strict export's
   `example_value` as "the node's val" (the very object, as region_edge.py argues it), its
   `source_fn_stack` callables by module and name, found again only in modules already imported
   (reading never imports: a user's module is imported by its own build), its `eager_input_vals`
@@ -30,12 +33,24 @@ the region's inputs. The entry holds exactly that, as msgpack of plain data and 
   the assembly's `_input_index` and `own_desc` identify them (by position in the region's
   inputs). Every region of the program is then a copy (none is the template's own region),
   which region_edge.py's argument covers field by field; the template region's per-layer
-  metadata is the stored region's, looked up as for any copy.
+  metadata is the stored region's, looked up as for any copy;
+- outputs with their kinds: a user output, or a buffer's new value (a KV cache a layer writes in
+  place: BUFFER_MUTATION) by the index of the region input it writes, rebased as weights are;
+- the rest (embeddings, masks, head: one region, never copied) is read back for itself alone:
+  its edge values take metadata from its inputs and lifted constants that no lookup in its own
+  nodes finds, so they are kept as stored, which is what a run on its cut makes now only while
+  its nodes are named and carry the per-layer metadata they had (`_other_metadata`: a line
+  moved above the forward changes its stack traces). Otherwise the entry is a plain miss
+  (`Outdated`) and the rest's template is generated again. Its from_node links are made from
+  its own nodes, as a copy's are.
 
 The key holds what can change a template: this module's format, lowerd's regional modules'
 source (region_cut, region_edge, region_assembly and this one: what is generated and how it is
 read), the validated versions of torch and ExecuTorch, the region's `structure` (whether it is a
-layer or the rest), the EdgeCompileConfig's fields, each partitioner's class and configuration
+layer or the rest), what each backed symbol of the program is (its name, sources, range,
+replacement and hint: a size is written by the symbol's name; a template's run cannot change
+them, region_edge.py's `_backed_facts` gate), the EdgeCompileConfig's fields, each partitioner's
+class and configuration
 (its op configs' classes and settings, precisions, per-op mode, delegation spec) and the
 transform passes. A value the key cannot spell exactly (a repr with an address) leaves the
 template unstored.
@@ -60,18 +75,25 @@ import msgpack
 import torch
 
 from lowerd.cache.store import BlobStore
+from lowerd.lowering import size_expressions
 from lowerd.lowering.edge_speedups import VALIDATED_VERSIONS
-from lowerd.lowering.region_assembly import PER_LAYER_META, Template
+from lowerd.lowering.region_assembly import PER_LAYER_META, Template, program_fake_mode
 from lowerd.lowering.region_cut import Region, weight_specs
 from lowerd.lowering.tensor_codec import decode_tensors, encode_tensors
 
 log = logging.getLogger(__name__)
 
 KIND = "regiontemplate"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 # Modules whose code decides what a template holds and how the assembly reads it.
 _HOLDERS = ("state_dict", "constants")  # where an edge program keeps a lifted constant
-_SOURCES = ("region_cut.py", "region_edge.py", "region_assembly.py", "template_store.py")
+_SOURCES = (
+    "region_cut.py",
+    "region_edge.py",
+    "region_assembly.py",
+    "template_store.py",
+    "size_expressions.py",
+)
 
 
 class Unstorable(Exception):
@@ -80,6 +102,10 @@ class Unstorable(Exception):
 
 class Unreadable(Exception):
     """An entry that does not decode to a template: a miss."""
+
+
+class Outdated(Exception):
+    """The rest's entry, made when its nodes' metadata were other than now: a plain miss."""
 
 
 @dataclass(frozen=True)
@@ -106,11 +132,13 @@ class TemplateStore:
     unreadable: int = 0
     problems: list[str] = field(default_factory=list)
 
-    def key(self, region: Region, shape: Any, config: Any, partitioners: list[Any]) -> str | None:
+    def key(
+        self, program: Any, region: Region, shape: Any, config: Any, partitioners: list[Any]
+    ) -> str | None:
         if self.store is None:
             return None
         try:
-            return template_key(region, shape, config, partitioners)
+            return template_key(program, region, shape, config, partitioners)
         except Unstorable as why:
             log.debug("region template not keyed: %s", why)
             return None
@@ -124,6 +152,9 @@ class TemplateStore:
             return None
         try:
             template = decode(payload, program, region)
+        except Outdated as why:
+            log.debug("region template %s of the rest not used: %s", key[:12], why)
+            return None
         except Unreadable as why:
             self.unreadable += 1
             self.problems.append(f"region template {key[:12]}: {why}")
@@ -136,31 +167,53 @@ class TemplateStore:
         if key is None or self.store is None:
             return
         try:
-            payload = encode(program, template)
-            _check_copyable(decode(payload, program, template.region), template.region)
-        except (Unstorable, Unreadable) as why:
+            payload = _copyable_payload(program, template)
+        except (Unstorable, Unreadable, Outdated) as why:
             log.debug("region template of %s not stored: %s", template.region.key, why)
             return
         if self.store.put(key, payload, KIND):
             self.stored += 1
 
 
+def _copyable_payload(program: Any, template: Template) -> bytes:
+    """The entry, checked to read back as a template the assembly can copy: onto every region
+    of its structure, or, for a rest no lookup can copy, onto the rest alone while its
+    metadata are the same (`own`)."""
+    region = template.region
+    payload = encode(program, template)
+    try:
+        _check_copyable(decode(payload, program, region), region)
+        return payload
+    except Unstorable:
+        if region.key is not None:
+            raise
+    payload = encode(program, template, own=True)
+    _check_copyable(decode(payload, program, region), region)
+    return payload
+
+
 def _check_copyable(template: Template, region: Region) -> None:
     """A template read back is copied onto every region of its structure, the first included
     (none is its own region): each edge node must descend from a node of the region and each
     per-layer value be found at places of the region holding one value, as the assembly's
-    `meta_for` finds it. A template made of the region it is stored from must be so (the rest's
-    edge nodes take values its inputs carry: it is generated in each build)."""
-    from lowerd.lowering.region_assembly import Copy, NotLocal
+    `meta_for` finds it. A template made of the region it is stored from must be so; a rest
+    whose edge nodes take values its inputs carry is stored `own` instead: read back for itself
+    alone, its metadata kept while the region's are the same, each rooted node found in it."""
+    from lowerd.lowering.region_assembly import Copy, NotLocal, region_root
     from lowerd.lowering.region_assembly import _frozen as frozen
 
     copy_ = Copy(template, region)
     for node in template.edge.graph.nodes:
         try:
-            if node.op == "call_function":
+            rooted = region_root(node, template.cut_graph) in copy_.places
+            # the rest's own sym nodes (an input's size bound) have no root: the assembly
+            # places them (region_assembly.py's _segment_of), as for the template made now
+            if node.op == "call_function" and (not template.own_metadata or rooted):
                 copy_.own(node)
         except NotLocal as error:
             raise Unstorable(str(error)) from error
+        if template.own_metadata:
+            continue
         for key in PER_LAYER_META:
             if key in node.meta:
                 own = copy_.values[key].get(frozen(node.meta[key]), [])
@@ -171,12 +224,16 @@ def _check_copyable(template: Template, region: Region) -> None:
 # -- the key ---------------------------------------------------------------------------------
 
 
-def template_key(region: Region, shape: Any, config: Any, partitioners: list[Any]) -> str:
+def template_key(
+    program: Any, region: Region, shape: Any, config: Any, partitioners: list[Any]
+) -> str:
     digest = hashlib.sha256()
     here = Path(__file__).parent
     parts = [f"format {FORMAT_VERSION}", f"versions {sorted(VALIDATED_VERSIONS.items())}"]
     parts += [f"{name} {_file_digest(here / name)}" for name in _SOURCES]
     parts += [f"rest {region.key is None}", f"structure {_structure(region, shape)}"]
+    # a dynamic program's sizes are written by symbol name: the name's meaning is in the key
+    parts += [f"symbols {size_expressions.symbol_facts(_shape_env(program))}"]
     parts += [f"config {_spelled(_config_fields(config))}"]
     parts += [f"partitioner {_spelled(_partitioner(each))}" for each in partitioners]
     for part in parts:
@@ -283,11 +340,13 @@ def _value(value: Any, nodes: dict[torch.fx.Node, int] | None = None, fake: bool
             return [tag, str(value)]
     if kind is torch.fx.Node and nodes is not None and value in nodes:
         return ["node", nodes[value]]
+    if fake and kind is torch.SymInt:
+        return ["symint", _size(value)]
     if fake and kind is torch._subclasses.fake_tensor.FakeTensor:
         return [
             "fake",
-            list(value.shape),
-            list(value.stride()),
+            [_dim(d) for d in value.shape],
+            [_dim(s) for s in value.stride()],
             str(value.dtype),
             str(value.device),
             bool(value.requires_grad),
@@ -298,6 +357,42 @@ def _value(value: Any, nodes: dict[torch.fx.Node, int] | None = None, fake: bool
 _IMMUTABLE: dict[type, str] = {kind: f"immutable {kind.__name__}" for kind in _ARGUMENT_KINDS}
 
 
+def _dim(size: Any) -> Any:
+    """A fake tensor's size or stride: an int as it is, a symbolic one as its expression."""
+    if type(size) is int:
+        return size
+    if type(size) is torch.SymInt:
+        return ["symint", _size(size)]
+    raise Unstorable(f"a size of {type(size).__name__}")
+
+
+def _size(size: torch.SymInt) -> Any:
+    try:
+        return size_expressions.written(size)
+    except size_expressions.NotWritable as why:
+        raise Unstorable(str(why)) from why
+
+
+def _read_dim(plain: Any, mode: Any) -> Any:
+    if type(plain) is int:
+        return plain
+    if type(plain) is list and len(plain) == 2 and plain[0] == "symint":
+        return _read_size(plain[1], mode)
+    raise Unreadable(f"a size {plain!r}")
+
+
+def _read_size(plain: Any, mode: Any) -> torch.SymInt:
+    try:
+        return size_expressions.read(plain, getattr(mode, "shape_env", None))
+    except size_expressions.NotReadable as why:
+        raise Unreadable(str(why)) from why
+
+
+def _shape_env(program: Any) -> Any:
+    """A dynamic program's ShapeEnv (its backed symbols), None for a static one."""
+    return getattr(program_fake_mode(program), "shape_env", None)
+
+
 def _read(plain: Any, nodes: list[torch.fx.Node] | None, mode: Any) -> Any:
     tag, *rest = plain
     for kind, name in _IMMUTABLE.items():
@@ -305,6 +400,8 @@ def _read(plain: Any, nodes: list[torch.fx.Node] | None, mode: Any) -> Any:
             return kind(_read(rest[0], nodes, mode))
     if tag == "fake" and mode is not None:
         return _fake_tensor(mode, plain)
+    if tag == "symint" and mode is not None and len(rest) == 1:
+        return _read_size(rest[0], mode)
     if tag == "none" and not rest:
         return None
     [payload] = rest
@@ -335,12 +432,14 @@ def _named(tag: str, name: Any) -> Any:
 
 def _fake_tensor(mode: Any, plain: list[Any]) -> torch.Tensor:
     tag, shape, stride, dtype, device, grad = plain
-    if tag != "fake" or type(grad) is not bool:
+    if tag != "fake" or type(grad) is not bool or type(shape) is not list:
         raise Unreadable("a value that is not a fake tensor")
+    if type(stride) is not list:
+        raise Unreadable("a fake tensor's stride that is not a list")
     with mode:
         made = torch.empty_strided(
-            [int(d) for d in shape],
-            [int(s) for s in stride],
+            [_read_dim(d, mode) for d in shape],
+            [_read_dim(s, mode) for s in stride],
             dtype=_named("dtype", dtype),
             device=torch.device(_str(device)),
         )
@@ -595,8 +694,9 @@ def _read_meta(plain: Any, mode: Any, fqn: str | None) -> dict[str, Any]:
 # -- the entry -------------------------------------------------------------------------------
 
 
-def encode(program: Any, template: Template) -> bytes:
-    """The template as plain data; raises Unstorable for anything it cannot hold exactly."""
+def encode(program: Any, template: Template, own: bool = False) -> bytes:
+    """The template as plain data; raises Unstorable for anything it cannot hold exactly.
+    `own`: read back for its own region alone, its metadata kept (the rest's)."""
     edge, region = template.edge, template.region
     weights = {name: spec.target for name, spec in weight_specs(program).items()}
     fqns = [weights.get(node.name) for node in region.inputs]
@@ -618,7 +718,8 @@ def encode(program: Any, template: Template) -> bytes:
             meta = _meta(node.meta, None)
             nodes.append(["call_function", node.name, _target(node.target), args, meta])
         elif node.op == "output" and output is None:
-            output = [_value(list(node.args[0]), index)]
+            kinds = [_output_kind(spec, fqns) for spec in signature.output_specs]
+            output = [_value(list(node.args[0]), index), kinds]
         else:
             raise Unstorable(f"a {node.op} node")
         index[node] = len(index)
@@ -635,12 +736,24 @@ def encode(program: Any, template: Template) -> bytes:
         "nodes": nodes,
         "output": output,
         "preserved": [_target(op) for op in template.preserved],
+        "own": own,
     }
     try:
         packed: bytes = msgpack.packb(entry, use_bin_type=True)
     except (OverflowError, TypeError, ValueError) as error:
         raise Unstorable(str(error)) from error
     return packed
+
+
+def _output_kind(spec: Any, fqns: list[str | None]) -> list[Any]:
+    """What a template output is: a user output, or the new value of a buffer the region reads
+    (by its index among the region's inputs, rebased on read as a weight placeholder is)."""
+    kind = spec.kind.name
+    if kind == "USER_OUTPUT":
+        return ["user"]
+    if kind == "BUFFER_MUTATION" and fqns.count(spec.target) == 1:
+        return ["buffer", fqns.index(spec.target)]
+    raise Unstorable(f"a {kind} output of {spec.target}")
 
 
 def _role(edge: Any, spec: Any, fqns: list[str | None]) -> list[Any]:
@@ -672,7 +785,7 @@ def decode(payload: bytes, program: Any, region: Region) -> Template:
         if type(entry) is not dict or entry.get("format") != FORMAT_VERSION:
             raise Unreadable("another format")
         return _template(entry, program, region)
-    except Unreadable:
+    except (Unreadable, Outdated):
         raise
     except Exception as error:  # untrusted input: any other shape is a miss, never a crash
         raise Unreadable(f"{type(error).__name__}: {error}") from error
@@ -682,13 +795,11 @@ def _template(entry: dict[str, Any], program: Any, region: Region) -> Template:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.export.graph_signature import (
         ExportGraphSignature,
-        OutputKind,
-        OutputSpec,
-        TensorArgument,
     )
 
     weights = {name: spec.target for name, spec in weight_specs(program).items()}
-    mode = FakeTensorMode()
+    # a dynamic program's own mode, as the assembly's: its sizes are the program's symbols
+    mode = program_fake_mode(program) or FakeTensorMode()
     graph = torch.fx.Graph()
     made: list[torch.fx.Node] = []
     specs = []
@@ -722,10 +833,15 @@ def _template(entry: dict[str, Any], program: Any, region: Region) -> Template:
         if node.name != name:
             raise Unreadable(f"{node.name} is not named as stored")
         made.append(node)
-    outputs = _read(entry["output"][0], made, None)
+    values, kinds = entry["output"]
+    outputs = _read(values, made, None)
+    if type(kinds) is not list or len(kinds) != len(outputs):
+        raise Unreadable("outputs and their kinds differ in number")
     graph.output(tuple(outputs))
     module = torch.fx.GraphModule(torch.nn.Module(), graph)
-    out_specs = [OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(n.name), None) for n in outputs]
+    out_specs = [
+        _output_spec(kind, node, region, weights) for kind, node in zip(kinds, outputs, strict=True)
+    ]
     signature = ExportGraphSignature(specs, out_specs)
     stand_in = _stand_in(entry["region"], region)
     preserved = [_resolved(op) for op in entry["preserved"]]
@@ -733,7 +849,28 @@ def _template(entry: dict[str, Any], program: Any, region: Region) -> Template:
     if type(cut_graph) is not int:
         raise Unreadable("no cut graph id")
     edge = StoredEdge(module, signature, state, constants)
-    return Template(stand_in, edge, cut_graph, preserved)
+    own = entry["own"]
+    if type(own) is not bool or (own and region.key is not None):
+        raise Unreadable(f"own {own!r} for {region.key}")
+    if own and (why := _other_metadata(stand_in, region)) is not None:
+        raise Outdated(why)
+    return Template(stand_in, edge, cut_graph, preserved, own_metadata=own)
+
+
+def _output_spec(kind: Any, node: Any, region: Region, weights: dict[str, str]) -> Any:
+    """An output's spec, a buffer's new value rebased on `region`'s own input at the place."""
+    from torch.export.graph_signature import OutputKind, OutputSpec, TensorArgument
+
+    if type(node) is not torch.fx.Node:
+        raise Unreadable("an output that is not a node")
+    if kind == ["user"]:
+        return OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(node.name), None)
+    if type(kind) is list and len(kind) == 2 and kind[0] == "buffer" and type(kind[1]) is int:
+        fqn = weights.get(region.inputs[kind[1]].name)
+        if fqn is None:
+            raise Unreadable(f"input {kind[1]} of {region.key} is not a buffer")
+        return OutputSpec(OutputKind.BUFFER_MUTATION, TensorArgument(node.name), fqn)
+    raise Unreadable(f"an output kind {kind!r}")
 
 
 def _input(role: list[Any], region: Region, weights: dict[str, str]) -> tuple[str, Any, str | None]:
@@ -758,6 +895,21 @@ def _input(role: list[Any], region: Region, weights: dict[str, str]) -> tuple[st
         spec = InputSpec(InputKind.BUFFER, TensorArgument(_str(name)), _str(target), persistent)
         return name, spec, target
     raise Unreadable(f"a placeholder role {role[0]!r}")
+
+
+def _other_metadata(stand_in: Region, region: Region) -> str | None:
+    """Where the region's nodes differ from those the rest's template was made of, in name or
+    per-layer metadata (a line moved above the model's forward): None when they are the same.
+    The rest's template is then what a run on its cut now makes, its values kept as stored."""
+    from lowerd.lowering.region_assembly import _frozen as frozen
+
+    for stored, node in zip(stand_in.nodes, region.nodes, strict=True):
+        if stored.name != node.name:
+            return f"{node.name} was {stored.name}"
+        for key in PER_LAYER_META:
+            if frozen(stored.meta.get(key)) != frozen(node.meta.get(key)):
+                return f"{node.name}'s {key} changed"
+    return None
 
 
 def _stand_in(plain: Any, region: Region) -> Region:
