@@ -5,14 +5,17 @@ the argument does not cover."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from lowerd.cache.store import BlobStore
 from lowerd.lowering.region_edge import RegionalRun, program_regions
+from lowerd.lowering.template_store import TemplateStore
 
-from regional import Stack, partition_keys, regional_and_stock
+from regional import Stack, lowered, lowered_through, partition_keys, regional_and_stock
 from stock import sha256
 
 
@@ -171,7 +174,9 @@ class Growing(Caching):
         return start_pos
 
 
-def _growing_program(layer: type[nn.Module] = Growing) -> torch.export.ExportedProgram:
+def _growing_program(
+    layer: type[nn.Module] = Growing, strict: bool = False
+) -> torch.export.ExportedProgram:
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401 (registers llama's ops)
 
     torch.manual_seed(0)
@@ -179,7 +184,10 @@ def _growing_program(layer: type[nn.Module] = Growing) -> torch.export.ExportedP
     length = torch.export.Dim("length", min=1, max=7)
     with torch.no_grad():
         return torch.export.export(
-            stack, (torch.randn(1, 4, 32), torch.tensor([0])), dynamic_shapes=({1: length}, None)
+            stack,
+            (torch.randn(1, 4, 32), torch.tensor([0])),
+            dynamic_shapes=({1: length}, None),
+            strict=strict,
         )
 
 
@@ -231,3 +239,30 @@ class Halved(Growing):
 def test_a_sym_op_the_argument_does_not_cover_runs_stock() -> None:
     found, why = program_regions(_growing_program(Halved))
     assert found is None and why == "layers.0 calls <built-in function floordiv>"
+
+
+def test_templates_binding_unbacked_symbols_are_kept_and_read_back(tmp_path: Path) -> None:
+    """Optimum's recipe exported strict: each layer binds export's unbacked symbols (`.item()`),
+    its replays bind fresh ones bounded by update_cache's checks, an assertion mixes one with
+    the rest's length (`s27 + u0 <= 8`), and strict export's source_fn_stack names
+    `torch.ops.llama.update_cache`. The store writes export's symbols by their place among the
+    region's bindings and the replays' in order with their ranges (template_symbols.py): a
+    build of a fresh export reads every template back, each layer with its own symbols and
+    assertions, and its bytes and partition keys are stock's (before, "the symbol u32 is not
+    backed" left each layer's template unstored)."""
+
+    def program() -> torch.export.ExportedProgram:
+        return _growing_program(strict=True)
+
+    edges: list[Any] = []
+    with torch.no_grad():
+        stock = lowered(program(), None, edges)
+        store = BlobStore(tmp_path / "cache")
+        first, second = TemplateStore(store), TemplateStore(store)
+        made = lowered_through(program(), first)
+        read = lowered_through(program(), second, edges)
+    assert sha256(made[0]) == sha256(read[0]) == sha256(stock)
+    assert made[1] == [RegionalRun(4, 2, None, reused=0)] and first.stored == 2
+    assert read[1] == [RegionalRun(4, 2, None, reused=2)] and second.stored == 0
+    stock_edge, read_edge = (edge.exported_program() for edge in edges)
+    assert partition_keys(read_edge) == partition_keys(stock_edge)

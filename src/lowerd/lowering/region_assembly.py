@@ -113,6 +113,17 @@ class Copy:
         return self.region is self.template.region
 
 
+def fresh_unbacked(shape_env: Any, value_range: Any, size_like: bool) -> Any:
+    """A new unbacked symbol of the ShapeEnv with that range (and size-likeness), bound by the
+    node that will hold it, as a replay's `.item()` binds its own."""
+    made = shape_env.create_unbacked_symint().node.expr
+    shape_env.pending_fresh_unbacked_symbols.remove(made)  # bound by its node, as stock's
+    shape_env.var_to_range[made] = value_range
+    if size_like:
+        shape_env.size_like.add(made)
+    return made
+
+
 def _frozen(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple((k, _frozen(v)) for k, v in value.items())
@@ -419,11 +430,9 @@ class Assembly:
         shape_env = self.fake_mode.shape_env
         if shape_env is None or symbol not in shape_env.var_to_range:
             raise NotLocal(f"{symbol} is not a symbol of the program's ShapeEnv")
-        made = shape_env.create_unbacked_symint().node.expr
-        shape_env.pending_fresh_unbacked_symbols.remove(made)  # bound by its node, as stock's
-        shape_env.var_to_range[made] = shape_env.var_to_range[symbol]
-        if symbol in shape_env.size_like:
-            shape_env.size_like.add(made)
+        made = fresh_unbacked(
+            shape_env, shape_env.var_to_range[symbol], symbol in shape_env.size_like
+        )
         copy_.symbols[symbol] = made
         return made
 

@@ -199,6 +199,8 @@ def _callable(fn: Any) -> str:
     name already: "view")."""
     if isinstance(fn, str):
         return fn
+    if isinstance(fn, torch._ops.HigherOrderOperator):  # an instance: its repr has its address
+        return f"torch.ops.higher_order.{fn.name()}"  # type: ignore[no-untyped-call]
     return f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', repr(fn))}"
 
 

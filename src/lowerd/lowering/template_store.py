@@ -10,23 +10,29 @@ chains lead to, and, of the template region, each aten node's name and per-layer
 (nn_module_stack, stack_trace, torch_fn: the lookup table a copy's own values are found in) and
 the region's inputs. The entry holds exactly that, as msgpack of plain data and raw bytes:
 
-- targets by name (edge-dialect, aten overloads, operator.getitem), resolved to the very object
-  (checked when stored: the name must resolve to the target itself);
+- targets by name (edge-dialect, aten overloads, higher-order ops, operator's functions: a sym
+  op's `ge`), resolved to the very object (checked when stored: the name must resolve to the
+  target itself);
 - arguments as tagged plain values (nodes by index, ints, floats, bools, strings, dtypes,
   devices, layouts, memory formats, tuples and lists as they were);
-- metadata field by field, only the keys listed in `_META` (any other key, or a value holding
-  an unbacked symbol, makes the template unstorable: the next build generates it again). A
-  dynamic program's sizes (a sym node's value, a fake tensor's shape and stride: `s11`,
-  `64*s11`) are written as their expressions in the program's backed symbols and read back as
-  the same expressions in the reading program's ShapeEnv (size_expressions.py); strict export's
+- metadata field by field, only the keys listed in `_META` (any other key makes the template
+  unstorable: the next build generates it again). A dynamic program's sizes (a sym node's
+  value, a fake tensor's shape and stride: `s11`, `64*s11`; an assertion's `s11 + u0 <= 8`)
+  are written as their expressions in the program's backed symbols and read back as the same
+  expressions in the reading program's ShapeEnv (size_expressions.py); unbacked symbols, and
+  the names a runtime assertion's message gives them, as the region's own or the replays'
+  fresh ones (template_symbols.py); strict export's
   `example_value` as "the node's val" (the very object, as region_edge.py argues it), its
-  `source_fn_stack` callables by module and name, found again only in modules already imported
-  (reading never imports: a user's module is imported by its own build), its `eager_input_vals`
+  `source_fn_stack` callables by module and name (torch.ops' overloads, packets and higher-order
+  ops by their op names), found again only in modules already imported (reading never imports:
+  a user's module is imported by its own build), its `eager_input_vals`
   as plain and fake values, fx's immutable lists and dicts there as such. `val` as shape,
   stride, dtype, device and requires_grad (all the assembly's `fake` reads of it); from_node
   chains link by link (name, target, graph id, pass, actions), so `region_root` finds the same
   names in the same cut graph; `desc` as its kind (a weight's names its own placeholder's
-  weight, rebased below; a plain input's index); `original_aten` by name; the rest plain values;
+  weight, rebased below; a plain input's index); `original_aten` by name (an op of ExecuTorch's
+  EDGE_DO_NOT_DECOMP namespace by the op it stands for, defined on read as the lowering that
+  keeps it defines it); the rest plain values;
 - weight placeholders by the index of the region input they stand for: read back for another
   region of the same structure (the first of it in this program, which a previous build may
   have copied from another layer), their names, specs and `desc` are that region's weights, as
@@ -42,7 +48,9 @@ the region's inputs. The entry holds exactly that, as msgpack of plain data and 
   its nodes are named and carry the per-layer metadata they had (`_other_metadata`: a line
   moved above the forward changes its stack traces). Otherwise the entry is a plain miss
   (`Outdated`) and the rest's template is generated again. Its from_node links are made from
-  its own nodes, as a copy's are.
+  its own nodes, as a copy's are. Strict export keys the stacks of modules it reached through
+  an attribute by their id() (`'140646288978704': ('model', ...)`): read back, each stored key
+  is the key the rest's own node at the same place gives the same module now.
 
 The key holds what can change a template: this module's format, lowerd's regional modules'
 source (region_cut, region_edge, region_assembly and this one: what is generated and how it is
@@ -67,6 +75,7 @@ import hashlib
 import logging
 import operator
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,7 +84,7 @@ import msgpack
 import torch
 
 from lowerd.cache.store import BlobStore
-from lowerd.lowering import size_expressions
+from lowerd.lowering import size_expressions, template_symbols
 from lowerd.lowering.edge_speedups import VALIDATED_VERSIONS
 from lowerd.lowering.region_assembly import PER_LAYER_META, Template, program_fake_mode
 from lowerd.lowering.region_cut import Region, weight_specs
@@ -84,7 +93,7 @@ from lowerd.lowering.tensor_codec import decode_tensors, encode_tensors
 log = logging.getLogger(__name__)
 
 KIND = "regiontemplate"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # Modules whose code decides what a template holds and how the assembly reads it.
 _HOLDERS = ("state_dict", "constants")  # where an edge program keeps a lifted constant
 _SOURCES = (
@@ -93,6 +102,7 @@ _SOURCES = (
     "region_assembly.py",
     "template_store.py",
     "size_expressions.py",
+    "template_symbols.py",
 )
 
 
@@ -201,14 +211,17 @@ def _check_copyable(template: Template, region: Region) -> None:
     alone, its metadata kept while the region's are the same, each rooted node found in it."""
     from lowerd.lowering.region_assembly import Copy, NotLocal, region_root
     from lowerd.lowering.region_assembly import _frozen as frozen
+    from lowerd.lowering.region_cut import is_check
 
     copy_ = Copy(template, region)
     for node in template.edge.graph.nodes:
         try:
             rooted = region_root(node, template.cut_graph) in copy_.places
-            # the rest's own sym nodes (an input's size bound) have no root: the assembly
-            # places them (region_assembly.py's _segment_of), as for the template made now
-            if node.op == "call_function" and (not template.own_metadata or rooted):
+            # the rest's own sym nodes (an input's size bound) and a layer's runtime assertions
+            # have no root: the assembly places them (region_assembly.py's _segment_of), as for
+            # the template made now
+            rootless = template.own_metadata or is_check(node)
+            if node.op == "call_function" and (rooted or not rootless):
                 copy_.own(node)
         except NotLocal as error:
             raise Unstorable(str(error)) from error
@@ -315,8 +328,13 @@ _ARGUMENT_KINDS: dict[type, type] = {
 }
 
 
-def _value(value: Any, nodes: dict[torch.fx.Node, int] | None = None, fake: bool = False) -> Any:
-    """A tagged plain value (nodes by index where `nodes` is given; fake tensors where `fake`)."""
+def _value(
+    value: Any,
+    nodes: dict[torch.fx.Node, int] | None = None,
+    symbols: template_symbols.Written | None = None,
+) -> Any:
+    """A tagged plain value (nodes by index where `nodes` is given; fake tensors and symbolic
+    values where `symbols`, the template's, is)."""
     kind = type(value)
     if nodes is not None:
         # fx keeps a node's list and dict arguments as immutable_list/immutable_dict, which
@@ -324,15 +342,15 @@ def _value(value: Any, nodes: dict[torch.fx.Node, int] | None = None, fake: bool
         kind = _ARGUMENT_KINDS.get(kind, kind)
     elif kind in _IMMUTABLE:
         # in metadata (eager_input_vals' arguments) fx's own kinds are held as they are
-        return [_IMMUTABLE[kind], _value(_ARGUMENT_KINDS[kind](value), nodes, fake)]
+        return [_IMMUTABLE[kind], _value(_ARGUMENT_KINDS[kind](value), nodes, symbols)]
     if value is None:
         return ["none"]
     if kind in (bool, int, float, str):
         return [kind.__name__, value]
     if kind in (tuple, list):
-        return [kind.__name__, [_value(v, nodes, fake) for v in value]]
+        return [kind.__name__, [_value(v, nodes, symbols) for v in value]]
     if kind is dict and all(type(k) is str for k in value):
-        return ["dict", [[k, _value(v, nodes, fake)] for k, v in value.items()]]
+        return ["dict", [[k, _value(v, nodes, symbols)] for k, v in value.items()]]
     if kind is torch.device:
         return ["device", str(value)]
     for tag, enum in _ENUMS.items():
@@ -340,13 +358,15 @@ def _value(value: Any, nodes: dict[torch.fx.Node, int] | None = None, fake: bool
             return [tag, str(value)]
     if kind is torch.fx.Node and nodes is not None and value in nodes:
         return ["node", nodes[value]]
-    if fake and kind is torch.SymInt:
-        return ["symint", _size(value)]
-    if fake and kind is torch._subclasses.fake_tensor.FakeTensor:
+    if kind is torch._ops.OpOverload:  # the op a higher-order op calls (auto_functionalized's)
+        return ["opoverload", _target(value)]
+    if symbols is not None and kind in _SYMBOLIC:
+        return [_SYMBOLIC[kind], _size(value, symbols)]
+    if symbols is not None and kind is torch._subclasses.fake_tensor.FakeTensor:
         return [
             "fake",
-            [_dim(d) for d in value.shape],
-            [_dim(s) for s in value.stride()],
+            [_dim(d, symbols) for d in value.shape],
+            [_dim(s, symbols) for s in value.stride()],
             str(value.dtype),
             str(value.device),
             bool(value.requires_grad),
@@ -355,37 +375,66 @@ def _value(value: Any, nodes: dict[torch.fx.Node, int] | None = None, fake: bool
 
 
 _IMMUTABLE: dict[type, str] = {kind: f"immutable {kind.__name__}" for kind in _ARGUMENT_KINDS}
+_SYMBOLIC: dict[type, str] = {torch.SymInt: "symint", torch.SymBool: "symbool"}
 
 
-def _dim(size: Any) -> Any:
+def _dim(size: Any, symbols: template_symbols.Written) -> Any:
     """A fake tensor's size or stride: an int as it is, a symbolic one as its expression."""
     if type(size) is int:
         return size
     if type(size) is torch.SymInt:
-        return ["symint", _size(size)]
+        return ["symint", _size(size, symbols)]
     raise Unstorable(f"a size of {type(size).__name__}")
 
 
-def _size(size: torch.SymInt) -> Any:
+def _size(size: torch.SymInt | torch.SymBool, symbols: template_symbols.Written) -> Any:
     try:
-        return size_expressions.written(size)
+        return size_expressions.written(size, symbols.unbacked)
     except size_expressions.NotWritable as why:
         raise Unstorable(str(why)) from why
 
 
-def _read_dim(plain: Any, mode: Any) -> Any:
+def _written(write: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return write(*args)
+    except size_expressions.NotWritable as why:
+        raise Unstorable(str(why)) from why
+
+
+def _readable(read: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return read(*args)
+    except size_expressions.NotReadable as why:
+        raise Unreadable(str(why)) from why
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """What a template's values are read back in: the program's fake mode (its ShapeEnv) and
+    the template's unbacked symbols as the reading region's."""
+
+    mode: Any
+    symbols: template_symbols.Reading
+
+
+def _read_dim(plain: Any, sizes: _Sizes) -> Any:
     if type(plain) is int:
         return plain
     if type(plain) is list and len(plain) == 2 and plain[0] == "symint":
-        return _read_size(plain[1], mode)
+        return _read_symbolic(plain[1], sizes, torch.SymInt)
     raise Unreadable(f"a size {plain!r}")
 
 
-def _read_size(plain: Any, mode: Any) -> torch.SymInt:
+def _read_symbolic(plain: Any, sizes: _Sizes, kind: type) -> Any:
     try:
-        return size_expressions.read(plain, getattr(mode, "shape_env", None))
+        value = size_expressions.read(
+            plain, getattr(sizes.mode, "shape_env", None), sizes.symbols.unbacked
+        )
     except size_expressions.NotReadable as why:
         raise Unreadable(str(why)) from why
+    if type(value) is not kind:
+        raise Unreadable(f"a {kind.__name__} that reads as {type(value).__name__}")
+    return value
 
 
 def _shape_env(program: Any) -> Any:
@@ -393,15 +442,16 @@ def _shape_env(program: Any) -> Any:
     return getattr(program_fake_mode(program), "shape_env", None)
 
 
-def _read(plain: Any, nodes: list[torch.fx.Node] | None, mode: Any) -> Any:
+def _read(plain: Any, nodes: list[torch.fx.Node] | None, sizes: _Sizes | None) -> Any:
     tag, *rest = plain
     for kind, name in _IMMUTABLE.items():
         if tag == name and len(rest) == 1:
-            return kind(_read(rest[0], nodes, mode))
-    if tag == "fake" and mode is not None:
-        return _fake_tensor(mode, plain)
-    if tag == "symint" and mode is not None and len(rest) == 1:
-        return _read_size(rest[0], mode)
+            return kind(_read(rest[0], nodes, sizes))
+    if tag == "fake" and sizes is not None:
+        return _fake_tensor(sizes, plain)
+    for kind, name in _SYMBOLIC.items():
+        if tag == name and sizes is not None and len(rest) == 1:
+            return _read_symbolic(rest[0], sizes, kind)
     if tag == "none" and not rest:
         return None
     [payload] = rest
@@ -410,16 +460,18 @@ def _read(plain: Any, nodes: list[torch.fx.Node] | None, mode: Any) -> Any:
             raise Unreadable(f"a {tag} holding {type(payload).__name__}")
         return payload
     if tag in ("tuple", "list"):
-        items = [_read(v, nodes, mode) for v in payload]
+        items = [_read(v, nodes, sizes) for v in payload]
         return tuple(items) if tag == "tuple" else items
     if tag == "dict":
-        return {_str(k): _read(v, nodes, mode) for k, v in payload}
+        return {_str(k): _read(v, nodes, sizes) for k, v in payload}
     if tag == "device":
         return torch.device(_str(payload))
     if tag in _ENUMS:
         return _named(tag, payload)
     if tag == "node" and nodes is not None:
         return nodes[payload]
+    if tag == "opoverload":
+        return _resolved(payload)
     raise Unreadable(f"a value tagged {tag!r}")
 
 
@@ -430,16 +482,16 @@ def _named(tag: str, name: Any) -> Any:
     return found
 
 
-def _fake_tensor(mode: Any, plain: list[Any]) -> torch.Tensor:
+def _fake_tensor(sizes: _Sizes, plain: list[Any]) -> torch.Tensor:
     tag, shape, stride, dtype, device, grad = plain
     if tag != "fake" or type(grad) is not bool or type(shape) is not list:
         raise Unreadable("a value that is not a fake tensor")
     if type(stride) is not list:
         raise Unreadable("a fake tensor's stride that is not a list")
-    with mode:
+    with sizes.mode:
         made = torch.empty_strided(
-            [_read_dim(d, mode) for d in shape],
-            [_read_dim(s, mode) for s in stride],
+            [_read_dim(d, sizes) for d in shape],
+            [_read_dim(s, sizes) for s in stride],
             dtype=_named("dtype", dtype),
             device=torch.device(_str(device)),
         )
@@ -460,6 +512,10 @@ def _target(target: Any) -> list[Any]:
 
     if target is operator.getitem:
         plain = ["getitem"]
+    elif getattr(target, "__module__", None) == "_operator":  # a sym op: `ge` of a SymInt
+        plain = ["operator", _str_of(getattr(target, "__name__", None))]
+    elif isinstance(target, torch._ops.HigherOrderOperator):  # auto_functionalized_v2
+        plain = ["higher_order", target.name()]  # type: ignore[no-untyped-call]
     elif type(target) is EdgeOpOverload:
         op = target._op
         plain = ["edge", op.namespace, op._opname, op._overloadname]
@@ -476,6 +532,13 @@ def _resolved(plain: Any) -> Any:
     try:
         if plain == ["getitem"]:
             return operator.getitem
+        if len(plain) == 2 and plain[0] == "higher_order":
+            return _found_caller(plain)
+        if len(plain) == 2 and plain[0] == "operator":
+            found = getattr(operator, _str(plain[1]))
+            if getattr(found, "__module__", None) != "_operator":
+                raise Unreadable(f"no operator {plain[1]!r}")
+            return found
         kind, namespace, name, overload = plain
         if kind == "edge":
             from executorch.exir.dialects._ops import ops as exir_ops
@@ -491,6 +554,9 @@ def _resolved(plain: Any) -> Any:
 
 
 # -- metadata --------------------------------------------------------------------------------
+
+# ExecuTorch's namespace of the ops a partitioner keeps from decomposition, defined as needed.
+_NO_DECOMP = "EDGE_DO_NOT_DECOMP"
 
 # Keys the entry holds, as what: any other key makes the template unstorable.
 _META = {
@@ -508,10 +574,11 @@ _META = {
     "eager_input_vals": "fake",  # the template's; nothing of these versions reads it
     "example_value": "val",
     "source_fn_stack": "callers",
+    "unbacked_bindings": "bindings",  # template_symbols.py
 }
 
 
-def _meta(meta: dict[str, Any], fqn: str | None) -> list[Any]:
+def _meta(meta: dict[str, Any], fqn: str | None, symbols: template_symbols.Written) -> list[Any]:
     plain = []
     for key, value in meta.items():
         how = _META.get(key)
@@ -528,8 +595,10 @@ def _meta(meta: dict[str, Any], fqn: str | None) -> list[Any]:
             encoded = None
         elif how == "callers":
             encoded = [[_str_of(name), _caller(fn)] for name, fn in _pairs(value)]
+        elif how == "bindings":
+            encoded = _written(symbols.bindings, value)
         else:
-            encoded = _value(value, fake=how == "fake")
+            encoded = _value(value, symbols=symbols if how == "fake" else None)
         plain.append([key, encoded])
     return plain
 
@@ -558,6 +627,18 @@ def _caller(fn: Any) -> list[Any]:
     by module and qualified name, stored only where that name finds the very object again."""
     if type(fn) is str:
         return ["method", fn]
+    if type(fn) is torch._ops.OpOverload:  # a torch.ops call a strict trace records
+        return _target(fn)
+    if type(fn) is torch._ops.OpOverloadPacket:  # torch.ops.llama.update_cache(...)
+        plain: list[Any] = ["packet", fn._qualified_op_name]
+        if _found_caller(plain) is not fn:
+            raise Unstorable(f"{fn!r} is not found again by its name")
+        return plain
+    if isinstance(fn, torch._ops.HigherOrderOperator):  # autocast's wrap: one instance a name
+        plain = ["higher_order", fn.name()]  # type: ignore[no-untyped-call]
+        if _found_caller(plain) is not fn:
+            raise Unstorable(f"{fn!r} is not found again by its name")
+        return plain
     module = getattr(fn, "__module__", None)
     # torch's own functions are builtins of a class torch does not export (`torch.relu`'s
     # qualified name is `_VariableFunctionsClass.relu`): found by their name in their module
@@ -577,6 +658,22 @@ def _found_caller(plain: Any) -> Any:
     kind, *rest = plain
     if kind == "method" and len(rest) == 1:
         return _str(rest[0])
+    if kind == "op":
+        return _resolved(plain)
+    if kind == "packet" and len(rest) == 1:
+        namespace, _, name = _str(rest[0]).partition("::")
+        try:
+            packet = getattr(getattr(torch.ops, namespace), name)
+        except (AttributeError, RuntimeError) as error:
+            raise Unreadable(f"no op {rest[0]!r}") from error
+        if type(packet) is not torch._ops.OpOverloadPacket:
+            raise Unreadable(f"no op {rest[0]!r}")
+        return packet
+    if kind == "higher_order" and len(rest) == 1:
+        operator_ = getattr(torch.ops.higher_order, _str(rest[0]), None)
+        if not isinstance(operator_, torch._ops.HigherOrderOperator):
+            raise Unreadable(f"no higher-order op {rest[0]!r}")
+        return operator_
     module, qualname = rest if kind == "callable" and len(rest) == 2 else (None, None)
     if type(module) is not str or type(qualname) is not str or "<" in qualname:
         raise Unreadable(f"a caller {plain!r}")
@@ -596,10 +693,35 @@ def _original_aten(value: Any) -> list[Any] | None:
         return None
     if type(value) is not torch._ops.OpOverload:
         raise Unstorable(f"original_aten {value!r}")
-    plain = ["op", value.namespace, value._opname, value._overloadname]
-    if str(_resolved(plain)) != str(value):
+    plain: list[Any] = ["op", value.namespace, value._opname, value._overloadname]
+    if value.namespace == _NO_DECOMP:
+        from executorch.exir.program._program import transform_op_to_aten_op
+
+        aten = transform_op_to_aten_op.get(str(value))
+        if type(aten) is not torch._ops.OpOverload:
+            raise Unstorable(f"original_aten {value} stands for no op")
+        plain = ["no_decomp", _target(aten)]
+    if str(_read_original_aten(plain)) != str(value):
         raise Unstorable(f"original_aten {value} is not found again by its name")
     return plain
+
+
+def _read_original_aten(plain: Any) -> Any:
+    """An op of ExecuTorch's namespace of ops kept from decomposition exists once a lowering
+    that keeps its op has defined it: defined here as that lowering does (`_register_no_decomp_op`
+    does nothing for an op defined already), so an entry read first in a process finds it."""
+    if plain is None:
+        return None
+    if type(plain) is list and len(plain) == 2 and plain[0] == "no_decomp":
+        from executorch.exir.program._program import (
+            _register_no_decomp_op,
+            aten_op_to_transform_op,
+        )
+
+        aten = _resolved(plain[1])
+        _register_no_decomp_op(aten)
+        return aten_op_to_transform_op[aten]
+    return _resolved(plain)
 
 
 def _list(value: Any) -> list[Any]:
@@ -663,14 +785,14 @@ def _read_desc(plain: Any, fqn: str | None) -> Any:
     raise Unreadable(f"a desc {plain!r}")
 
 
-def _read_meta(plain: Any, mode: Any, fqn: str | None) -> dict[str, Any]:
+def _read_meta(plain: Any, sizes: _Sizes | None, fqn: str | None) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     for key, value in plain:
         how = _META.get(_str(key))
         if how is None or key in meta:
             raise Unreadable(f"metadata {key!r}")
         if how == "op":
-            meta[key] = None if value is None else _resolved(value)
+            meta[key] = _read_original_aten(value)
         elif how == "sources":
             meta[key] = [_read_source(s) for s in value]
         elif how == "desc":
@@ -681,8 +803,10 @@ def _read_meta(plain: Any, mode: Any, fqn: str | None) -> dict[str, Any]:
             meta[key] = None  # the val's object, set once every key is read
         elif how == "callers":
             meta[key] = [(_str(name), _found_caller(fn)) for name, fn in value]
+        elif how == "bindings" and sizes is not None:
+            meta[key] = _readable(sizes.symbols.bindings, value)
         else:
-            meta[key] = _read(value, None, mode if how == "fake" else None)
+            meta[key] = _read(value, None, sizes if how == "fake" else None)
     for key, how in _META.items():
         if how == "val" and key in meta:
             if "val" not in meta:
@@ -698,6 +822,7 @@ def encode(program: Any, template: Template, own: bool = False) -> bytes:
     """The template as plain data; raises Unstorable for anything it cannot hold exactly.
     `own`: read back for its own region alone, its metadata kept (the rest's)."""
     edge, region = template.edge, template.region
+    symbols = template_symbols.Written.of(program, region, _shape_env(program))
     weights = {name: spec.target for name, spec in weight_specs(program).items()}
     fqns = [weights.get(node.name) for node in region.inputs]
     signature = edge.graph_signature
@@ -712,10 +837,13 @@ def encode(program: Any, template: Template, own: bool = False) -> bytes:
             raise Unstorable(f"{node.name} has a type")
         if node.op == "placeholder":
             spec = specs[node.name]
-            nodes.append(["placeholder", _role(edge, spec, fqns), _meta(node.meta, spec.target)])
+            role = _role(edge, spec, fqns)
+            nodes.append(["placeholder", role, _meta(node.meta, spec.target, symbols)])
         elif node.op == "call_function":
+            if _asserts(node):
+                _written(symbols.message, node.args[1])
             args = [_value(node.args, index), _value(dict(node.kwargs), index)]
-            meta = _meta(node.meta, None)
+            meta = _meta(node.meta, None, symbols)
             nodes.append(["call_function", node.name, _target(node.target), args, meta])
         elif node.op == "output" and output is None:
             kinds = [_output_kind(spec, fqns) for spec in signature.output_specs]
@@ -726,7 +854,10 @@ def encode(program: Any, template: Template, own: bool = False) -> bytes:
     if output is None:
         raise Unstorable("no output")
     per_layer = [
-        [node.name, _meta({k: node.meta[k] for k in PER_LAYER_META if k in node.meta}, None)]
+        [
+            node.name,
+            _meta({k: node.meta[k] for k in PER_LAYER_META if k in node.meta}, None, symbols),
+        ]
         for node in region.nodes
     ]
     entry = {
@@ -737,12 +868,23 @@ def encode(program: Any, template: Template, own: bool = False) -> bytes:
         "output": output,
         "preserved": [_target(op) for op in template.preserved],
         "own": own,
+        "bound": symbols.names(),  # the names its assertions give the region's symbols
+        "fresh": _written(symbols.facts),
     }
     try:
         packed: bytes = msgpack.packb(entry, use_bin_type=True)
     except (OverflowError, TypeError, ValueError) as error:
         raise Unstorable(str(error)) from error
     return packed
+
+
+def _asserts(node: torch.fx.Node) -> bool:
+    """A runtime assertion: its message names the symbols it checks."""
+    return (
+        node.target is torch.ops.aten._assert_scalar.default
+        and len(node.args) == 2
+        and type(node.args[1]) is str
+    )
 
 
 def _output_kind(spec: Any, fqns: list[str | None]) -> list[Any]:
@@ -800,6 +942,10 @@ def _template(entry: dict[str, Any], program: Any, region: Region) -> Template:
     weights = {name: spec.target for name, spec in weight_specs(program).items()}
     # a dynamic program's own mode, as the assembly's: its sizes are the program's symbols
     mode = program_fake_mode(program) or FakeTensorMode()
+    symbols = _readable(
+        template_symbols.Reading.of, mode.shape_env, region, entry["bound"], entry["fresh"]
+    )
+    sizes = _Sizes(mode, symbols)
     graph = torch.fx.Graph()
     made: list[torch.fx.Node] = []
     specs = []
@@ -816,7 +962,7 @@ def _template(entry: dict[str, Any], program: Any, region: Region) -> Template:
                     raise Unreadable(f"lifted {target} does not decode")
                 (state if holder == "state_dict" else constants)[target] = tensors[0]
             node = graph.placeholder(name)
-            node.meta = _read_meta(meta, mode, fqn)
+            node.meta = _read_meta(meta, sizes, fqn)
             specs.append(spec)
         elif plain[0] == "call_function":
             _, name, target, (args, kwargs), meta = plain
@@ -827,7 +973,9 @@ def _template(entry: dict[str, Any], program: Any, region: Region) -> Template:
                 _read(kwargs, made, None),
                 name=_str(name),
             )
-            node.meta = _read_meta(meta, mode, None)
+            node.meta = _read_meta(meta, sizes, None)
+            if _asserts(node):
+                node.args = (node.args[0], _readable(symbols.message, node.args[1]))
         else:
             raise Unreadable(f"a {plain[0]!r} node")
         if node.name != name:
@@ -852,8 +1000,10 @@ def _template(entry: dict[str, Any], program: Any, region: Region) -> Template:
     own = entry["own"]
     if type(own) is not bool or (own and region.key is not None):
         raise Unreadable(f"own {own!r} for {region.key}")
-    if own and (why := _other_metadata(stand_in, region)) is not None:
-        raise Outdated(why)
+    if own:
+        _rekey_modules(stand_in, region, graph)
+        if (why := _other_metadata(stand_in, region)) is not None:
+            raise Outdated(why)
     return Template(stand_in, edge, cut_graph, preserved, own_metadata=own)
 
 
@@ -897,6 +1047,30 @@ def _input(role: list[Any], region: Region, weights: dict[str, str]) -> tuple[st
     raise Unreadable(f"a placeholder role {role[0]!r}")
 
 
+def _rekey_modules(stand_in: Region, region: Region, graph: torch.fx.Graph) -> None:
+    """Strict export keys a module reached through an attribute by its id() in the exporting
+    process (`'140646288978704': ('model', ...LlamaForCausalLM)`): each key of the rest's stored
+    stacks becomes the key the region's node at the same place gives the same module now,
+    in the stand-in and in the template's nodes alike; a key with no such counterpart is
+    Outdated."""
+    keys: dict[str, str] = {}
+    for stored, node in zip(stand_in.nodes, region.nodes, strict=True):
+        theirs, mine = stored.meta.get("nn_module_stack"), node.meta.get("nn_module_stack")
+        if type(theirs) is not dict or type(mine) is not dict:
+            continue
+        if list(theirs.values()) != list(mine.values()):
+            return  # other modules: _other_metadata says where
+        for their_key, my_key in zip(theirs, mine, strict=True):
+            if keys.setdefault(their_key, my_key) != my_key:
+                raise Outdated(f"module key {their_key} is two modules' now")
+    for node in dict.fromkeys([*stand_in.nodes, *graph.nodes]):
+        stack = node.meta.get("nn_module_stack")
+        if type(stack) is dict:
+            if any(key not in keys for key in stack):
+                raise Outdated(f"{node.name}'s nn_module_stack names a module no node has now")
+            node.meta["nn_module_stack"] = {keys[key]: value for key, value in stack.items()}
+
+
 def _other_metadata(stand_in: Region, region: Region) -> str | None:
     """Where the region's nodes differ from those the rest's template was made of, in name or
     per-layer metadata (a line moved above the model's forward): None when they are the same.
@@ -914,15 +1088,18 @@ def _other_metadata(stand_in: Region, region: Region) -> str | None:
 
 def _stand_in(plain: Any, region: Region) -> Region:
     """The stored template region: its aten nodes' names and per-layer metadata (what a copy
-    looks its own values up by), with `region`'s inputs (what the weights are rebased on)."""
+    looks its own values up by), with `region`'s inputs (what the weights are rebased on) and
+    the symbols `region` binds at the same places (what the template's are read back as)."""
     graph = torch.fx.Graph()
     nodes = []
-    for name, meta in plain:
+    if len(plain) != len(region.nodes):
+        raise Unreadable(f"{len(plain)} region nodes for {len(region.nodes)}")
+    for (name, meta), own in zip(plain, region.nodes, strict=True):
         node = torch.fx.Node(graph, _str(name), "placeholder", name, (), {})
         node.meta = _read_meta(meta, None, None)
         if set(node.meta) - set(PER_LAYER_META):
             raise Unreadable(f"region metadata {sorted(node.meta)}")
+        if bindings := own.meta.get("unbacked_bindings"):
+            node.meta["unbacked_bindings"] = bindings
         nodes.append(node)
-    if len(nodes) != len(region.nodes):
-        raise Unreadable(f"{len(nodes)} region nodes for {len(region.nodes)}")
     return Region(region.key, nodes, list(region.inputs), list(region.outputs))
