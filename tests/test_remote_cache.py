@@ -6,7 +6,6 @@ Builds run in-process through the engine (as a worker runs them); the CLI case i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import socket
@@ -29,13 +28,16 @@ from lowerd.project.result import TargetResult
 from lowerd.project.wire import encode
 
 from helpers import PROJECTS, lowerd, write_pyproject
-from stock import forget_project_modules, importable_copy, stock_pte
+from stock import forget_project_modules, importable_copy, known_stock_digest
 from testkit.redis_server import RedisServer, have_redis_server, redis_server
 
 pytestmark = pytest.mark.skipif(not have_redis_server(), reason="needs redis-server")
 
 TARGETS = ("tiny_linear", "two_methods")  # 1 and 2 partitions
 PARTITIONS = 3
+# Stock's bytes are compared by digest only: tests/stock_digests.json's (tests/known_stock.py).
+TINY_LINEAR = ("models/tiny_linear.py:make", ["xnnpack"])
+TWO_METHODS = ("models/two_methods.py:make", ["xnnpack"])
 
 
 @pytest.fixture
@@ -119,8 +121,8 @@ def test_a_second_machine_is_served_every_partition_by_redis(
         remote = result.cache.remote_report
         assert result.cache.misses == 0 and result.cache.hits == remote.counts.hits  # type: ignore[union-attr]
     assert sum(r.cache.hits for r in served.values()) == PARTITIONS
-    stock = stock_pte(PROJECTS / "basic", "models/tiny_linear.py:make", ["xnnpack"])
-    assert sha(served["tiny_linear"]) == hashlib.sha256(stock).hexdigest()
+    stock = known_stock_digest("basic-tiny_linear", PROJECTS / "basic", *TINY_LINEAR)
+    assert sha(served["tiny_linear"]) == stock
     # What redis served is now local: this machine's next build needs no redis at all.
     assert len(list((second.cache / "blobs").rglob("*"))) > PARTITIONS
     # And this machine counts what its builds asked of redis, for `lowerd cache stats`.
@@ -359,8 +361,8 @@ def test_a_forged_entry_is_a_miss_for_a_reader_with_the_verify_key(
     ci, laptop = machines
     sign, verify = ed25519_keys(tmp_path, "team")
     set_remote(ci.root, f'cache_remote_sign_key = "{sign}"')
-    stock = stock_pte(PROJECTS / "basic", "models/two_methods.py:make", ["xnnpack"])
-    assert sha(ci.build("two_methods")) == hashlib.sha256(stock).hexdigest()
+    stock = known_stock_digest("basic-two_methods", PROJECTS / "basic", *TWO_METHODS)
+    assert sha(ci.build("two_methods")) == stock
 
     client = redis.client()
     [one, other] = lowerd_keys(redis)
@@ -376,7 +378,7 @@ def test_a_forged_entry_is_a_miss_for_a_reader_with_the_verify_key(
 
     set_remote(laptop.root, f'cache_remote = "read-only"\ncache_remote_verify_key = "{verify}"')
     result = laptop.build("two_methods")
-    assert sha(result) == hashlib.sha256(stock).hexdigest()  # lowered here: stock's bytes
+    assert sha(result) == stock  # lowered here: stock's bytes
     remote = result.cache.remote_report
     assert remote is not None and remote.counts.hits == 0 and remote.counts.rejected == 2
     assert result.cache.misses == 2
@@ -394,7 +396,7 @@ def test_a_forged_entry_is_a_miss_for_a_reader_with_the_verify_key(
     shutil.rmtree(laptop.root / "build")
     trusting = Machine(laptop.root, laptop.cache.with_name("cache-trusting"), laptop.monkeypatch)
     served = trusting.build("two_methods")
-    assert served.cache.hits == 2 and sha(served) != hashlib.sha256(stock).hexdigest()
+    assert served.cache.hits == 2 and sha(served) != stock
     assert encode(served)["cache"]["remote_trust"] == "any writer"
 
 

@@ -726,7 +726,7 @@ EXIT = 'print("Content-Length: 2", flush=True); import os; os._exit(1)'
     [
         (EXIT, {}, "worker-crash", "exited with code 1"),
         ("import os; os.kill(os.getpid(), 9)", {}, "worker-crash", "SIGKILL"),
-        ("while True: pass", {"workerTimeout": 5}, "worker-timeout", "did not finish within 5 s"),
+        ("while True: pass", {"workerTimeout": 1}, "worker-timeout", "did not finish within 1 s"),
         ("torch.manual_seed(1)", {"workerMemoryLimit": 200}, "worker-crash", "memory limit 200"),
     ],
     ids=["exit", "kill", "hang", "memory"],
