@@ -4,7 +4,7 @@ script would, part of what decides a rebuild, and shown in the JSON result."""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,14 @@ from lowerd.project.result import TargetResult
 from lowerd.project.wire import decode, encode
 
 from helpers import assert_config_error, write_pyproject
+from known_stock import files_digest, known_or_live
 from stock import (
     PROJECTS,
     call_entry,
     forget_project_modules,
     importable_copy,
+    known_stock_digest,
     sha256,
-    stock_pte,
 )
 
 # Drift: the names the config takes are ExecuTorch's (and coremltools') own -------------------
@@ -266,15 +267,21 @@ def _build(config: ProjectConfig, name: str, store: BlobStore, reuse: bool = Tru
     return result
 
 
-def _stock_with(root: Path, entry: str, partitioners: list[Any]) -> str:
-    """The .pte's sha256 from the plain ExecuTorch script with these partitioners."""
-    import torch
-    from executorch.exir import to_edge_transform_and_lower
+def _stock_with(name: str, root: Path, entry: str, partitioners: Callable[[], list[Any]]) -> str:
+    """The .pte's sha256 from the plain ExecuTorch script with these partitioners: the table's
+    under `name` (tests/known_stock.py) for this file (the script and the partitioners' arguments)
+    and the project's files, or lowered live."""
 
-    module, args = call_entry(root, entry)
-    program = torch.export.export(module, args)
-    lowered = to_edge_transform_and_lower({"forward": program}, partitioner=partitioners)
-    return sha256(bytes(lowered.to_executorch().buffer))
+    def live() -> str:
+        import torch
+        from executorch.exir import to_edge_transform_and_lower
+
+        module, args = call_entry(root, entry)
+        program = torch.export.export(module, args)
+        lowered = to_edge_transform_and_lower({"forward": program}, partitioner=partitioners())
+        return sha256(bytes(lowered.to_executorch().buffer))
+
+    return known_or_live(name, files_digest(Path(__file__), root), live)
 
 
 @pytest.fixture
@@ -303,9 +310,12 @@ def test_xnnpack_options_equal_stock_and_never_reuse_a_wrong_blob(
         """,
     )
     expected = _stock_with(
+        "blocks-xnnpack-per-op-fp32",
         blocks,
         "models/stack.py:make",
-        [XnnpackPartitioner(config_precisions=[ConfigPrecisionType.FP32], per_op_mode=True)],
+        lambda: [
+            XnnpackPartitioner(config_precisions=[ConfigPrecisionType.FP32], per_op_mode=True)
+        ],
     )
     result = _build(config, "stack", store)
     assert result.reused is None  # the options changed: lowered again, with the same cache
@@ -329,9 +339,10 @@ def test_xnnpack_options_equal_stock_and_never_reuse_a_wrong_blob(
     config = load_config(pyproject)
     quant = _build(config, "stack", store)
     expected = _stock_with(
+        "blocks-xnnpack-static-quant",
         blocks,
         "models/stack.py:make",
-        [XnnpackPartitioner(config_precisions=[ConfigPrecisionType.STATIC_QUANT])],
+        lambda: [XnnpackPartitioner(config_precisions=[ConfigPrecisionType.STATIC_QUANT])],
     )
     assert quant.sha256 == expected not in (plain.sha256, result.sha256)
 
@@ -374,7 +385,10 @@ def test_changing_an_option_rebuilds_and_an_unrelated_edit_keeps(
     assert reason == "configuration or tool versions changed"
     rebuilt = _build(config, "tiny_linear", store)
     assert rebuilt.reused is None
-    assert rebuilt.sha256 == sha256(stock_pte(project, "models/tiny_linear.py:make", ["xnnpack"]))
+    stock = known_stock_digest(
+        "basic-tiny_linear-per-op-false", project, "models/tiny_linear.py:make", ["xnnpack"]
+    )
+    assert rebuilt.sha256 == stock
 
 
 def _state(config: ProjectConfig) -> Any:
@@ -392,9 +406,10 @@ def test_vulkan_compile_options_equal_stock(project: Path, tmp_path: Path) -> No
     )
     result = _build(config, "tiny_linear", store)
     expected = _stock_with(
+        "basic-tiny_linear-vulkan-fp16",
         project,
         "models/tiny_linear.py:make",
-        [VulkanPartitioner(compile_options={"force_fp16": True})],
+        lambda: [VulkanPartitioner(compile_options={"force_fp16": True})],
     )
     assert result.sha256 == expected != plain.sha256
     # Same delegated graphs, other compile specs: the blobs of the plain build are not reused.

@@ -13,7 +13,7 @@ from lowerd.lowering.build import build_target
 from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.result import TargetResult
 
-from stock import forget_project_modules, sha256, stock_pte
+from stock import forget_project_modules, known_stock_digest, sha256
 
 
 @pytest.fixture
@@ -49,7 +49,9 @@ def test_cold_and_warm_builds_equal_stock(
 ) -> None:
     config = load_config(project / "pyproject.toml")
     target = config.targets[name]
-    expected = sha256(stock_pte(project, target.entry.value, list(target.backends)))
+    expected = known_stock_digest(
+        f"basic-{name}", project, target.entry.value, list(target.backends)
+    )
 
     # The cold build, on an empty cache: the session's (conftest.py basic_cold, which
     # tests/test_edge_speedups.py reads too), in its own copy of basic/.
@@ -80,7 +82,10 @@ def test_weight_edit_reuses_untouched_partitions(
     model.write_text(edited)
 
     result = build(config, "refused", store)
-    assert pte_digest(result) == sha256(stock_pte(project, "models/refused.py:make", ["xnnpack"]))
+    expected = known_stock_digest(
+        "basic-refused-fc2-constant", project, "models/refused.py:make", ["xnnpack"]
+    )
+    assert pte_digest(result) == expected
     assert (result.cache.hits, result.cache.misses) == (1, 1)
 
 
@@ -95,7 +100,9 @@ def test_structural_edit_equals_stock(
     )
 
     result = build(config, "tiny_linear", store)
-    expected = sha256(stock_pte(project, "models/tiny_linear.py:make", ["xnnpack"]))
+    expected = known_stock_digest(
+        "basic-tiny_linear-structural", project, "models/tiny_linear.py:make", ["xnnpack"]
+    )
     assert pte_digest(result) == expected
     assert result.cache.misses == 1
 
@@ -122,8 +129,8 @@ def test_corrupt_cache_entry_is_a_miss_and_the_build_still_matches(
 def test_no_cache_builds_the_same_bytes(project: Path) -> None:
     config = load_config(project / "pyproject.toml")
     result = build(config, "two_methods", None)
-    assert pte_digest(result) == sha256(
-        stock_pte(project, "models/two_methods.py:make", ["xnnpack"])
+    assert pte_digest(result) == known_stock_digest(
+        "basic-two_methods", project, "models/two_methods.py:make", ["xnnpack"]
     )
     assert all(
         p.cache is None or p.cache == "uncached"
@@ -146,7 +153,9 @@ def test_vulkan_cold_and_warm_equal_stock(
     project: Path, store: BlobStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = _with_backends(project, "refused", ["vulkan"])
-    expected = sha256(stock_pte(project, "models/refused.py:make", ["vulkan"]))
+    expected = known_stock_digest(
+        "basic-refused-vulkan", project, "models/refused.py:make", ["vulkan"]
+    )
     made = _count_pattern_graphs(monkeypatch)
     cold = build(config, "refused", store)
     # Vulkan's pattern graphs (RoPE references, ~2 s each) were made once, not once a partition
@@ -188,7 +197,9 @@ def test_coreml_warm_build_equals_cold(project: Path, store: BlobStore) -> None:
 
 def test_two_backends_in_priority_order(project: Path, store: BlobStore) -> None:
     config = _with_backends(project, "refused", ["xnnpack", "vulkan"])
-    expected = sha256(stock_pte(project, "models/refused.py:make", ["xnnpack", "vulkan"]))
+    expected = known_stock_digest(
+        "basic-refused-xnnpack-vulkan", project, "models/refused.py:make", ["xnnpack", "vulkan"]
+    )
     result = build(config, "refused", store)
     assert pte_digest(result) == expected
     report = result.methods["forward"]

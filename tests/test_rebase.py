@@ -16,7 +16,7 @@ from lowerd.lowering.rebase import CannotRebase, rebase, rebase_xnnpack_blob
 from lowerd.project.config import load_config
 from lowerd.project.result import TargetResult
 
-from stock import PROJECTS, forget_project_modules, importable_copy, sha256, stock_pte
+from stock import PROJECTS, forget_project_modules, importable_copy, known_stock_digest
 
 BLOCKS = 4
 # fc1+gelu of block 0 | fc2+add of block i with fc1+gelu of block i+1 | fc2+add of the last block
@@ -67,7 +67,10 @@ def test_an_op_inserted_in_one_block_rebuilds_only_that_block(
     put_extra_op_in(stack, block)
     edited = build(stack, store)
 
-    assert edited.sha256 == sha256(stock_pte(stack, "models/stack.py:make", ["xnnpack"]))
+    stock = known_stock_digest(
+        f"blocks-extra-op-{block}", stack, "models/stack.py:make", ["xnnpack"]
+    )
+    assert edited.sha256 == stock
     assert edited.sha256 != cold[1]
     # The partition holding the new op is new; every partition after it moved its handles and
     # was rebased; those before it are exact hits.
@@ -131,6 +134,7 @@ def test_vulkan_partitions_are_reused_only_before_the_edit(stack: Path, tmp_path
     put_extra_op_in(stack, VULKAN_BLOCKS - 1)
 
     edited = build(stack, store)
-    assert edited.sha256 == sha256(stock_pte(stack, "models/stack.py:make", ["vulkan"]))
+    stock = known_stock_digest("blocks-vulkan-extra-op", stack, "models/stack.py:make", ["vulkan"])
+    assert edited.sha256 == stock
     hits = VULKAN_BLOCKS - 1
     assert (edited.cache.hits, edited.cache.rebased, edited.cache.misses) == (hits, 0, 2)
