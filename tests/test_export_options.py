@@ -25,6 +25,7 @@ from lowerd.project.result import TargetResult
 from lowerd.project.wire import decode, encode
 
 from helpers import assert_config_error, line_marks
+from known_stock import files_digest, known_or_live
 from stock import PROJECTS, call_entry, forget_project_modules, importable_copy, sha256
 
 DECODER = "models/decoder.py:make"
@@ -152,15 +153,46 @@ def _build(config: ProjectConfig, name: str, store: BlobStore | None = None) -> 
     return result
 
 
+EXPORT_LOG = "lowerd.lowering.export_call"
+
+
+class _Kept(logging.Handler):
+    """The messages of the records a logger handled, as caplog.records' getMessage() reads them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 @pytest.fixture(scope="module")
-def built(project: ProjectConfig) -> Callable[[str], TargetResult]:
-    """A target of the module's project built once: the tests that read its result or its build
-    state share the build."""
+def export_log() -> dict[str, list[str]]:
+    """What lowerd.lowering.export_call logged, at DEBUG, during each build `built` made."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def built(
+    project: ProjectConfig, export_log: dict[str, list[str]]
+) -> Callable[[str], TargetResult]:
+    """A target of the module's project built once: the tests that read its result, its build
+    state or its export's log share the build."""
     made: dict[str, TargetResult] = {}
 
     def build(name: str) -> TargetResult:
         if name not in made:
-            made[name] = _build(project, name)
+            logger, kept = logging.getLogger(EXPORT_LOG), _Kept()
+            level = logger.level
+            logger.addHandler(kept)
+            logger.setLevel(logging.DEBUG)
+            try:
+                made[name] = _build(project, name)
+            finally:
+                logger.removeHandler(kept)
+                logger.setLevel(level)
+            export_log[name] = kept.messages
         return made[name]
 
     return build
@@ -168,12 +200,18 @@ def built(project: ProjectConfig) -> Callable[[str], TargetResult]:
 
 @pytest.fixture(scope="module")
 def stock_digest(project: ProjectConfig) -> Callable[[str], str]:
-    """The digest of a STOCK_CALLS call on the module's project, made once: targets share them."""
+    """The digest of a STOCK_CALLS call on the module's project, made once: targets share them.
+    tests/stock_digests.json's for these versions, this file and the project's files
+    (tests/known_stock.py), lowered live otherwise."""
     made: dict[str, str] = {}
 
     def digest(call: str) -> str:
         if call not in made:
-            made[call] = _stock_of(project.root, STOCK_CALLS[call])
+            made[call] = known_or_live(
+                f"export-options-{call}",
+                files_digest(Path(__file__), project.root),
+                lambda: _stock_of(project.root, STOCK_CALLS[call]),
+            )
         return made[call]
 
     return digest
@@ -193,6 +231,8 @@ def test_each_option_is_the_stock_scripts(
 @pytest.mark.parametrize("shortcut", [True, False])
 def test_strict_export_writes_guards_without_cse_and_the_bytes_are_stocks(
     project: ProjectConfig,
+    built: Callable[[str], TargetResult],
+    export_log: dict[str, list[str]],
     stock_digest: Callable[[str], str],
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
@@ -200,14 +240,20 @@ def test_strict_export_writes_guards_without_cse_and_the_bytes_are_stocks(
 ) -> None:
     """Issue 31 §3: a strict export's shape-guard function, which export drops, is written
     without torch's CSE pass (export_speedups.py); with other versions torch's own function
-    runs. Either way the .pte is the stock script's."""
-    if not shortcut:
+    runs. Either way the .pte is the stock script's. With the shortcut (these versions), the
+    module's first build of the target (`built`, which test_each_option_is_the_stock_scripts
+    reads too) is the one read; without it, a build of its own."""
+    if shortcut:
+        result = built("strict")  # status ok, or _build fails
+        messages = export_log["strict"]
+    else:
         monkeypatch.setattr("lowerd.lowering.export_speedups.validated_versions", lambda: False)
-    caplog.set_level(logging.DEBUG, logger="lowerd.lowering.export_call")
-    forget_project_modules(project.root)
-    result = build_target(project, project.targets["strict"], None, reuse=False)
-    assert result.status == "ok", result.error
-    lines = [r.getMessage() for r in caplog.records if "guard functions" in r.getMessage()]
+        caplog.set_level(logging.DEBUG, logger=EXPORT_LOG)
+        forget_project_modules(project.root)
+        result = build_target(project, project.targets["strict"], None, reuse=False)
+        assert result.status == "ok", result.error
+        messages = [r.getMessage() for r in caplog.records]
+    lines = [message for message in messages if "guard functions" in message]
     assert lines, "a strict export of a dynamic sequence writes a shape-guard function"
     path = (
         r"[1-9]\d* guard functions written without CSE, 0 with"

@@ -4,6 +4,8 @@ user runs it, it writes the bytes lowerd wrote: .pte, .ptd and all."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from lowerd.project.reproducer import stock_script
 from lowerd.project.result import TargetResult
 
 from helpers import PROJECTS, lowerd_without_torch
+from known_stock import files_digest, known_or_live
 from stock import forget_project_modules, importable_copy, run_stock_script
 
 TARGETS = """
@@ -103,6 +106,23 @@ def lowerd_build(config: ProjectConfig, name: str) -> TargetResult:
     return result
 
 
+def stock_files(
+    project: ProjectConfig, name: str, script: str, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, str]:
+    """run_stock_script(script, ...): each file the script writes, by name, and its sha256.
+    tests/stock_digests.json's (that mapping as JSON) for these versions, the script's text (its
+    project folder, a temporary one, named) and the project's files it reads
+    (tests/known_stock.py); the script run otherwise."""
+    text = script.replace(repr(str(project.root)), "PROJECT")
+    input_digest = hashlib.sha256(f"{text}\0{files_digest(project.root)}".encode()).hexdigest()
+
+    def live() -> str:
+        forget_project_modules(project.root)
+        return json.dumps(run_stock_script(script, folder, monkeypatch), sort_keys=True)
+
+    return dict(json.loads(known_or_live(f"reproducer-{name}", input_digest, live)))
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -126,8 +146,7 @@ def test_the_script_writes_what_lowerd_wrote(
     script = stock_script(project, project.targets[name])
     imports = [line for line in script.splitlines() if line.startswith(("import ", "from "))]
     assert not [line for line in imports if "lowerd" in line]
-    forget_project_modules(project.root)
-    written = run_stock_script(script, tmp_path / "out", monkeypatch)
+    written = stock_files(project, name, script, tmp_path / "out", monkeypatch)
     lowerd_files = {Path(result.output or "").name: result.sha256}
     lowerd_files |= {Path(f.path).name: f.sha256 for f in result.data_files}
     assert written == lowerd_files
