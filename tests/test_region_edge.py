@@ -8,6 +8,7 @@ Stock here is a plain ExecuTorch run with nothing of lowerd's installed (tests/r
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from torch import nn
 
 from lowerd.cache.store import BlobStore
 from lowerd.lowering import edge_speedups
+from lowerd.lowering.edge_speedups import EdgeSpeedups
 from lowerd.lowering.region_edge import (
     RegionalEdge,
     RegionalRun,
@@ -26,6 +28,8 @@ from lowerd.lowering.region_edge import (
 from lowerd.lowering.region_passes import why_passes
 from lowerd.lowering.template_store import TemplateStore
 
+from helpers import PROJECTS
+from known_stock import files_digest, known_or_live, program_digest
 from regional import (
     CONSTANT_METHODS,
     Plain,
@@ -34,32 +38,48 @@ from regional import (
     lowered,
     lowered_through,
     optimum_passes,
+    regional_against_stock,
     regional_and_stock,
     replay_metadata,
     rewrite_templates,
 )
 from stock import sha256
 
+REGIONAL = Path(__file__).with_name("regional.py")
+OPTIMUM = PROJECTS / "optimum"
+
+
+def _plain_stack() -> Any:
+    """Stack(Plain) exported, its weights the same in each run (stock's digest in the table)."""
+    torch.manual_seed(0)
+    return exported(Stack(Plain))
+
+
+def _known_stock(name: str, program: Any) -> str:
+    """Stock's sha256 of the program lowered with nothing else given (regional_against_stock's):
+    tests/stock_digests.json's where it holds this program, else lowered live."""
+    return known_or_live(name, program_digest(program), lambda: sha256(lowered(program)))
+
 
 def test_a_corrupt_stored_template_is_a_miss_and_stock_s_bytes(tmp_path: Any) -> None:
     """A template entry whose payload does not decode (truncated, its digest the store's own)
     is generated again: a miss, counted, and the .pte is stock's."""
-    program = exported(Stack(Plain))
-    stock = lowered(program)
+    program = _plain_stack()
+    stock = _known_stock("plain-stack", program)
     store = BlobStore(tmp_path / "cache")
     first = TemplateStore(store)
     made = lowered_through(program, first)
     assert rewrite_templates(store, tmp_path / "cache", lambda p: p[: len(p) // 2]) == first.stored
     again = TemplateStore(store)
     read = lowered_through(program, again)
-    assert sha256(made[0]) == sha256(read[0]) == sha256(stock)
+    assert sha256(made[0]) == sha256(read[0]) == stock
     assert made[1] == read[1] == [RegionalRun(regions=3, templates=1, stock_because=None)]
     assert first.stored >= 1 and again.unreadable == first.stored
 
 
 def test_repeated_layers_without_an_llama_are_generated_by_region() -> None:
-    stock, mine, runs = regional_and_stock(exported(Stack(Plain)))
-    assert sha256(mine) == sha256(stock)
+    stock, mine, runs = regional_against_stock("plain-stack", _plain_stack())
+    assert mine == stock
     assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
 
 
@@ -137,9 +157,17 @@ def test_optimum_s_program_level_settings_are_generated_by_region() -> None:
 
     torch.manual_seed(0)
     program = torch.export.export(Embedded().eval(), (torch.tensor([[0, 3, 5, 0]]),))
+    # Stock's lowering reads the program and the settings this file, regional.py and the
+    # optimum project write.
+    made_of = program_digest(program) + files_digest(Path(__file__), REGIONAL, OPTIMUM)
+    stock = known_or_live("optimum-settings", made_of, lambda: sha256(lowered(program, optimum())))
     edges: list[Any] = []
-    stock, mine, runs = regional_and_stock(program, optimum, edges)
-    assert sha256(mine) == sha256(stock)
+    settings = optimum()
+    regional = RegionalEdge(settings["transform_passes"])
+    with EdgeSpeedups(None).installed(), regional.installed():
+        mine = lowered(program, settings, edges)
+    runs = regional.runs
+    assert sha256(mine) == stock
     assert runs == [RegionalRun(regions=4, templates=2, stock_because=None)]
     assert all(name.encode() in mine for name in CONSTANT_METHODS)  # as methods of the .pte
     assert b"_to_copy" in mine and b"_to_dim_order_copy" not in mine  # MemoryFormatOps left out
@@ -180,8 +208,8 @@ def test_each_method_is_generated_on_its_own() -> None:
         "decode": torch.export.export(Stack(Plain).eval(), (torch.randn(1, 8),)),
         "token_embedding": embedding,
     }
-    stock, mine, runs = regional_and_stock(programs)
-    assert sha256(mine) == sha256(stock)
+    stock, mine, runs = regional_against_stock("each-method", programs)
+    assert mine == stock
     assert runs == [
         RegionalRun(3, 1, None, ("prefill",)),
         RegionalRun(3, 1, None, ("decode",)),
@@ -256,8 +284,8 @@ def test_a_buffer_written_by_one_layer_and_read_by_another_runs_stock() -> None:
     torch.manual_seed(0)
     with torch.no_grad():
         program = torch.export.export(SharedCache(writers=(0,)).eval(), (torch.randn(4, 8),))
-    stock, mine, runs = regional_and_stock(program)
-    assert sha256(mine) == sha256(stock)
+    stock, mine, runs = regional_against_stock("cache-read-by-another-layer", program)
+    assert mine == stock
     assert [run.stock_because for run in runs] == [
         "index_copy_ writes b_cache, which layers.1 uses too (aten.index_copy_.default)"
     ]
@@ -290,8 +318,10 @@ class ShiftedStack(nn.Module):
 def test_a_layer_reading_a_tensor_written_in_place_elsewhere_runs_stock() -> None:
     """Functionalization emits a read of a tensor written in place where it is read next, with
     the reader's metadata; a layer cut out alone reads a fresh input instead."""
-    stock, mine, runs = regional_and_stock(exported(ShiftedStack()))
-    assert sha256(mine) == sha256(stock)
+    torch.manual_seed(0)  # the same weights in each run: stock's digest in the table
+    program = exported(ShiftedStack())
+    stock, mine, runs = regional_against_stock("written-in-place-elsewhere", program)
+    assert mine == stock
     assert [run.stock_because for run in runs] == [
         "layers.0 reads copy_, a tensor written in place elsewhere"
     ]

@@ -12,10 +12,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from lowerd.lowering.region_edge import CUSTOM_OPS, QDQ_OPS, RegionalRun
+from lowerd.lowering.edge_speedups import EdgeSpeedups
+from lowerd.lowering.region_edge import CUSTOM_OPS, QDQ_OPS, RegionalEdge, RegionalRun
 
 from helpers import PROJECTS
-from regional import Stack, regional_against_stock, regional_and_stock
+from known_stock import known_or_live, program_digest
+from regional import Stack, lowered, regional_against_stock
 from stock import call_entry, sha256
 
 
@@ -41,6 +43,18 @@ class Cached(nn.Module):
         return torch.relu(k @ self.k_cache.t() @ self.v_cache)
 
 
+def _against_known_stock(
+    name: str, program: Any, edges: list[Any]
+) -> tuple[str, str, list[RegionalRun]]:
+    """regional_against_stock (stock's digest from tests/stock_digests.json where it holds this
+    program, else lowered live), the regional lowering's manager appended to `edges`."""
+    stock = known_or_live(name, program_digest(program), lambda: sha256(lowered(program)))
+    regional = RegionalEdge()
+    with EdgeSpeedups(None).installed(), regional.installed():
+        mine = lowered(program, None, edges)
+    return stock, sha256(mine), regional.runs
+
+
 def test_layers_writing_their_own_caches_are_generated_by_region() -> None:
     """Each layer's cut holds its caches as buffer inputs with their writes; the assembly makes
     the BUFFER_MUTATION outputs in the order of the buffers' placeholders, as stock's
@@ -49,8 +63,8 @@ def test_layers_writing_their_own_caches_are_generated_by_region() -> None:
     with torch.no_grad():  # as ExecuTorch's exports: a cache written from grad is refused
         program = torch.export.export(Stack(Cached).eval(), (torch.randn(4, 8),))
     edges: list[Any] = []
-    stock, mine, runs = regional_and_stock(program, edges=edges)
-    assert sha256(mine) == sha256(stock)
+    stock, mine, runs = _against_known_stock("own-caches-written", program, edges)
+    assert mine == stock
     assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
     outputs = edges[-1].exported_program().graph_signature.output_specs
     assert [spec.target for spec in outputs if spec.kind.name == "BUFFER_MUTATION"] == [
@@ -109,6 +123,6 @@ def test_custom_sdpa_with_a_constant_start_pos_is_generated_by_region() -> None:
     torch.manual_seed(0)
     program = torch.export.export(Stack(Attention).eval(), (torch.randn(1, 4, 32),))
     assert any(str(node.target) in CUSTOM_OPS for node in program.graph.nodes)
-    stock, mine, runs = regional_and_stock(program)
-    assert sha256(mine) == sha256(stock)
+    stock, mine, runs = regional_against_stock("custom-sdpa-constant-start-pos", program)
+    assert mine == stock
     assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -15,7 +16,14 @@ from lowerd.cache.store import BlobStore
 from lowerd.lowering.region_edge import RegionalRun, program_regions
 from lowerd.lowering.template_store import TemplateStore
 
-from regional import Stack, lowered, lowered_through, partition_keys, regional_and_stock
+from regional import (
+    Stack,
+    lowered,
+    lowered_through,
+    partition_keys,
+    regional_against_stock,
+    regional_and_stock,
+)
 from stock import sha256
 
 
@@ -52,11 +60,12 @@ def _cached_program(stack: nn.Module, *inputs: torch.Tensor) -> torch.export.Exp
 
 
 def test_layers_updating_their_own_caches_are_generated_by_region() -> None:
+    torch.manual_seed(0)  # the same weights in each run: stock's digest in the table
     program = _cached_program(Stack(Caching))
     targets = {str(node.target) for node in program.graph.nodes}
     assert "llama.update_cache.default" in targets
-    stock, mine, runs = regional_and_stock(program)
-    assert sha256(mine) == sha256(stock)
+    stock, mine, runs = regional_against_stock("own-caches-updated", program)
+    assert mine == stock
     assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
 
 
@@ -107,24 +116,34 @@ def _positioned_program() -> torch.export.ExportedProgram:
     return _cached_program(PositionedStack(), torch.tensor([0]))
 
 
-def test_layers_reading_start_pos_with_item_are_generated_by_region() -> None:
+@pytest.fixture(scope="module")
+def positioned() -> tuple[list[str], bytes, bytes, list[RegionalRun], list[Any]]:
+    """The positioned stack's export's targets, then its stock and regional lowerings (each of
+    its own export) and their managers: the two tests below read the one pair of builds."""
+    made = _positioned_program()
+    targets = [str(node.target) for node in made.graph.nodes]
+    edges: list[Any] = []
+    stock, mine, runs = regional_and_stock(made, edges=edges, again=_positioned_program)
+    return targets, stock, mine, runs, edges
+
+
+def test_layers_reading_start_pos_with_item_are_generated_by_region(positioned: Any) -> None:
     """Each layer's unbacked symbols made afresh for its copy, its runtime assertions placed
     in stock's order (their debug handles shift every later node's, which XNNPACK writes into
     the blobs): by region, stock's bytes. Stock's run leaves symbols pending in its program's
     ShapeEnv (a second lowering of it raises), so each lowering gets its own export."""
-    made = _positioned_program()
-    targets = [str(node.target) for node in made.graph.nodes]
+    targets, stock, mine, runs, _ = positioned
     assert targets.count("aten.item.default") == 6 and "aten._assert_scalar.default" in targets
-    stock, mine, runs = regional_and_stock(made, again=_positioned_program)
     assert sha256(mine) == sha256(stock)
     assert runs == [RegionalRun(regions=3, templates=1, stock_because=None)]
 
 
-def test_partition_keys_of_layers_reading_start_pos_with_item_are_stock_s() -> None:
+def test_partition_keys_of_layers_reading_start_pos_with_item_are_stock_s(
+    positioned: Any,
+) -> None:
     """The replays' fresh symbols, in both programs' range constraints, are in no partition's
     key: a regional cold build and the stock build of its edit share blobs."""
-    edges: list[Any] = []
-    regional_and_stock(_positioned_program(), edges=edges, again=_positioned_program)
+    edges = positioned[4]
     stock_keys, mine_keys = (partition_keys(e.exported_program()) for e in edges)
     assert len(mine_keys) > 1 and mine_keys == stock_keys
 

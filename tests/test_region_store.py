@@ -7,6 +7,7 @@ program lowered with nothing of lowerd's installed) and checks which path ran.
 from __future__ import annotations
 
 import importlib
+import shutil
 import sys
 from typing import Any
 
@@ -27,7 +28,6 @@ from regional import (
     lowered_through,
     partition_keys,
     regional_against_stock,
-    regional_and_stock,
     replay_metadata,
     rewrite_templates,
 )
@@ -56,20 +56,37 @@ def static_cache_program(tmp_path_factory: pytest.TempPathFactory) -> Any:
             )
 
 
-def test_transformers_static_cache_is_generated_by_region(static_cache_program: Any) -> None:
+@pytest.fixture(scope="module")
+def static_cache_builds(
+    static_cache_program: Any, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    """The static-cache program lowered under no_grad (as the stock script lowers it) by stock
+    ExecuTorch, then by region writing its templates into an empty store (every template
+    generated, as a build without a store generates them): their bytes, the regional runs, the
+    store's folder and its TemplateStore, and both managers (stock's, then the regional one's).
+    The two tests below read this one pair of builds; the second copies the folder first."""
+    edges: list[Any] = []
+    folder = tmp_path_factory.mktemp("static-cache-store") / "cache"
+    with torch.no_grad():
+        stock = lowered(static_cache_program, None, edges)
+        first = TemplateStore(BlobStore(folder))
+        made = lowered_through(static_cache_program, first, edges)
+    return {"stock": stock, "made": made, "first": first, "folder": folder, "edges": edges}
+
+
+def test_transformers_static_cache_is_generated_by_region(static_cache_builds: Any) -> None:
     """Strict export names the cache buffers by the path dynamo read them through
     (`b_static_cache_layers_0_keys` for `key_cache_0`) and places them after the rotary
     embedding's; the replays rename them from their targets and place them in the unlifted
     module's order (replay_inputs.py): the assembly does too, and the .pte is stock's (it differed
     in the buffers' order before). Lowered under no_grad as the stock script lowers it."""
-    with torch.no_grad():
-        stock, mine, runs = regional_against_stock("static-cache-llama", static_cache_program)
-    assert mine == stock
+    stock, (mine, runs) = static_cache_builds["stock"], static_cache_builds["made"]
+    assert sha256(mine) == sha256(stock)
     assert runs == [RegionalRun(regions=3, templates=2, stock_because=None)]
 
 
 def test_a_dynamic_program_s_templates_are_kept_and_read_back_with_stock_s_sizes(
-    static_cache_program: Any, tmp_path: Any
+    static_cache_program: Any, static_cache_builds: Any, tmp_path: Any
 ) -> None:
     """A dynamic sequence puts the program's backed symbol (`s11`) in a template's sizes and
     sym nodes, and its layers write their caches in place (BUFFER_MUTATION outputs): the store
@@ -77,12 +94,12 @@ def test_a_dynamic_program_s_templates_are_kept_and_read_back_with_stock_s_sizes
     layer's template back, and its bytes, partition keys, values and range constraints are
     stock's (before, a symbolic size made every template of this flow unstorable, so each edit
     generated them all again)."""
-    edges: list[Any] = []
+    edges = list(static_cache_builds["edges"])  # stock's manager, then the made build's
+    stock, made, first = (static_cache_builds[k] for k in ("stock", "made", "first"))
+    shutil.copytree(static_cache_builds["folder"], tmp_path / "cache")
     with torch.no_grad():
-        stock = lowered(static_cache_program, None, edges)
         store = BlobStore(tmp_path / "cache")
-        first, second = TemplateStore(store), TemplateStore(store)
-        made = lowered_through(static_cache_program, first, edges)
+        second = TemplateStore(store)
         read = lowered_through(static_cache_program, second, edges)
     assert sha256(made[0]) == sha256(read[0]) == sha256(stock)
     # the layer's template and the rest's (read back for the rest alone, its metadata the same)
@@ -145,40 +162,63 @@ class AlikeNames(nn.Module):
 
 
 def test_weights_the_replays_would_name_alike_run_stock() -> None:
-    stock, mine, runs = regional_and_stock(exported(AlikeNames()))
-    assert sha256(mine) == sha256(stock)
+    torch.manual_seed(0)  # the same weights in each run: stock's digest in the table
+    stock, mine, runs = regional_against_stock("alike-names", exported(AlikeNames()))
+    assert mine == stock
     [run] = runs
     assert run.stock_because is not None and "named alike" in run.stock_because
 
 
+@pytest.fixture(scope="module")
+def strict_stack(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A small stack exported strict, lowered by stock ExecuTorch and then by region writing
+    its template into an empty store: the program, stock's bytes, the regional build's bytes
+    and runs, its TemplateStore and folder, and both managers (stock's, then the regional
+    one's). The two tests below read these builds; each copies the folder before building on
+    it."""
+    with torch.no_grad():
+        program = exported(Stack(Plain), strict=True)
+    edges: list[Any] = []
+    stock = lowered(program, None, edges)
+    folder = tmp_path_factory.mktemp("strict-stack") / "cache"
+    first = TemplateStore(BlobStore(folder))
+    made = lowered_through(program, first, edges)
+    return {
+        "program": program,
+        "stock": stock,
+        "made": made,
+        "first": first,
+        "folder": folder,
+        "edges": edges,
+    }
+
+
 def test_a_strict_export_s_template_is_kept_and_read_back_with_stock_s_metadata(
-    tmp_path: Any,
+    strict_stack: Any, tmp_path: Any
 ) -> None:
     """Strict export adds `example_value` (the val's own object), `source_fn_stack` (module
     classes and torch's functions) and `eager_input_vals` to a template's nodes: the store holds
     them, the next build reads the template back, and bytes and metadata are stock's."""
-    with torch.no_grad():
-        program = exported(Stack(Plain), strict=True)
-    edges: list[Any] = []
-    stock, _, _ = regional_and_stock(program, edges=edges)
-    store = BlobStore(tmp_path / "cache")
-    first, second = TemplateStore(store), TemplateStore(store)
-    made, read = lowered_through(program, first, edges), lowered_through(program, second, edges)
+    program, stock, made, first = (strict_stack[k] for k in ("program", "stock", "made", "first"))
+    edges = list(strict_stack["edges"])  # stock's manager, then the made build's
+    shutil.copytree(strict_stack["folder"], tmp_path / "cache")
+    second = TemplateStore(BlobStore(tmp_path / "cache"))
+    read = lowered_through(program, second, edges)
     assert sha256(made[0]) == sha256(read[0]) == sha256(stock)
     assert made[1] == [RegionalRun(3, 1, None, reused=0)] and first.stored == 1
     assert read[1] == [RegionalRun(3, 1, None, reused=1)] and second.stored == 0
+    assert replay_metadata(edges[1]) == replay_metadata(edges[0])
     assert replay_metadata(edges[2]) == replay_metadata(edges[0])
-    assert replay_metadata(edges[3]) == replay_metadata(edges[0])
 
 
-def test_a_template_naming_a_callable_no_imported_module_holds_is_a_miss(tmp_path: Any) -> None:
+def test_a_template_naming_a_callable_no_imported_module_holds_is_a_miss(
+    strict_stack: Any, tmp_path: Any
+) -> None:
     """Reading never imports: an entry whose source_fn_stack names a module no import made (here
     the entry rewritten so, under its own digest) is unreadable, generated again, stock's bytes."""
-    with torch.no_grad():
-        program = exported(Stack(Plain), strict=True)
-    stock = lowered(program)
+    program, stock = strict_stack["program"], strict_stack["stock"]
+    shutil.copytree(strict_stack["folder"], tmp_path / "cache")  # the made build's template
     store = BlobStore(tmp_path / "cache")
-    lowered_through(program, TemplateStore(store))
 
     def elsewhere(payload: bytes) -> bytes:
         return payload.replace(b"torch.nn.modules.linear", b"torch.nn.modules.lineaX")
