@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import json
+import logging
 import os
 import pickle
 import re
@@ -19,7 +20,8 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -499,3 +501,24 @@ def interruptible() -> None:
     run with SIGINT ignored (a background job of a non-interactive shell inherits SIG_IGN, and
     Python keeps it), as CI may run them."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextmanager
+def logged(name: str) -> Iterator[list[str]]:
+    """The messages logger `name` handles at DEBUG while inside (as caplog.records'
+    getMessage() reads them), its level put back after."""
+    messages: list[str] = []
+
+    class Kept(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    logger, kept = logging.getLogger(name), Kept(logging.DEBUG)
+    level = logger.level
+    logger.addHandler(kept)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(kept)
+        logger.setLevel(level)

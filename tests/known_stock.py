@@ -1,9 +1,12 @@
 """Stock ExecuTorch's digests of the heavier programs the tests compare lowerd with, made with the
-exact library versions in tests/stock_digests.json, each keyed by a name and a digest of its input
-(the exported program, or the project's files): with those versions and that input, the stock
-lowering (seconds of CPU each) is not run again; any other version, or an input that changed, runs
-it live. A table entry can only make a test fail where live stock would pass (a stale digest),
-never pass where it would fail: lowerd's side always runs.
+exact library versions and stock lowering code in tests/stock_digests.json, each keyed by a name
+and a digest of its input (the exported program, or the project's files): with those versions,
+that code and that input, the stock lowering (seconds of CPU each) is not run again; any other
+version, a change to the stock chain every test shares (STOCK_CODE: a table made by other code
+says nothing of this one's), or an input that changed, runs it live. A test whose stock call is
+its own code keys the entry with its own file too (files_digest(Path(__file__), ...)). Stock's
+input, code and versions being those of the entry, a table entry can only make a test fail where
+live stock would pass (a stale digest), never pass where it would fail: lowerd's side always runs.
 
 The live stock lowering still runs in every test that compares metadata or bytes with a stock
 manager (tests/regional.py's regional_and_stock, tests/stock.py's stock_pte), and every test
@@ -26,6 +29,14 @@ from typing import Any
 
 TABLE = Path(__file__).with_name("stock_digests.json")
 LIBRARIES = ("torch", "transformers", "torchao", "executorch")
+# The stock chain the table's digests were made with, where it is not the test's own file.
+_ROOT = Path(__file__).parent.parent
+STOCK_CODE = (
+    _ROOT / "testkit" / "stock_lowering.py",
+    _ROOT / "testkit" / "stock_recipe.py",
+    _ROOT / "tests" / "stock.py",
+    _ROOT / "tests" / "regional.py",
+)
 
 
 def known_or_live(name: str, input_digest: str, live: Callable[[], str]) -> str:
@@ -35,7 +46,7 @@ def known_or_live(name: str, input_digest: str, live: Callable[[], str]) -> str:
     if mode not in ("live", "record"):
         table = json.loads(TABLE.read_text())
         entry = table["digests"].get(name)
-        if table["versions"] == versions() and entry and entry["input"] == input_digest:
+        if table["versions"] == made_with() and entry and entry["input"] == input_digest:
             return str(entry["sha256"])
     digest = live()
     if mode == "record":
@@ -61,8 +72,13 @@ def _files(path: Path) -> list[Path]:
     return [f for f in path.rglob("*") if f.is_file() and not skipped & set(f.parts)]
 
 
-def versions() -> dict[str, str]:
-    return {library: version(library) for library in LIBRARIES}
+def made_with() -> dict[str, str]:
+    """What a digest in the table was made with, besides its input: the libraries' versions and
+    the shared stock chain's code."""
+    return {
+        **{library: version(library) for library in LIBRARIES},
+        "stock code": files_digest(*STOCK_CODE),
+    }
 
 
 def program_digest(program: Any) -> str:
@@ -93,8 +109,8 @@ def _record(name: str, input_digest: str, digest: str) -> None:
     with open(Path(tempfile.gettempdir()) / "lowerd-stock-digests.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another worker recording
         table = json.loads(TABLE.read_text()) if TABLE.is_file() else {"digests": {}}
-        if table.get("versions") != versions():
-            table = {"versions": versions(), "digests": {}}
+        if table.get("versions") != made_with():
+            table = {"versions": made_with(), "digests": {}}
         table["digests"][name] = {"input": input_digest, "sha256": digest}
         table["digests"] = dict(sorted(table["digests"].items()))
         TABLE.write_text(json.dumps(table, indent=2) + "\n")

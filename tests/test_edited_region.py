@@ -11,7 +11,6 @@ the edited layer at the lines where the code is now, and the exact one adds the 
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import sys
@@ -27,7 +26,7 @@ from lowerd.lowering.edited_region import _transposes_at_edge
 from lowerd.project.config import load_config
 from lowerd.project.report_model import MethodReport
 
-from helpers import PROJECTS
+from helpers import PROJECTS, logged
 from stock import forget_project_modules
 
 QUANTIZE = 'quantize = { scheme = "8da4w", qparams_algorithm = "hqq_scale_only", '
@@ -145,32 +144,26 @@ def edits(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Edited
     config = load_config(root / "pyproject.toml")
     store = BlobStore(root.parent / "cache")  # outside the project: not one of its inputs
     saved_path = list(sys.path)
-    handler = _Lines()
-    logger = logging.getLogger("lowerd.lowering.edited_region")
-    logger.addHandler(handler)
-    level = logger.level
-    logger.setLevel(logging.DEBUG)
     try:
-        for name in ("covered", "uncovered"):
-            forget_project_modules(root)
-            assert build_target(config, config.targets[name], store).status == "ok"
-        text = MODEL.replace("class Running", SCANNING + "class Running")
-        text = text.replace("    # EDIT\n", SWAP)
-        (root / MODEL_FILE).write_text(text)
-        found = {}
-        for name in ("covered", "uncovered"):
-            forget_project_modules(root)
-            handler.lines.clear()
-            shown: list[MethodReport] = []
-            result = build_target(
-                config, config.targets[name], store, on_partitioned=_appending(shown)
-            )
-            assert result.status == "ok", result.error
-            found[name] = Edited(shown, list(handler.lines), _marks(text))
-        yield found
+        with logged("lowerd.lowering.edited_region") as lines:
+            for name in ("covered", "uncovered"):
+                forget_project_modules(root)
+                assert build_target(config, config.targets[name], store).status == "ok"
+            text = MODEL.replace("class Running", SCANNING + "class Running")
+            text = text.replace("    # EDIT\n", SWAP)
+            (root / MODEL_FILE).write_text(text)
+            found = {}
+            for name in ("covered", "uncovered"):
+                forget_project_modules(root)
+                lines.clear()
+                shown: list[MethodReport] = []
+                result = build_target(
+                    config, config.targets[name], store, on_partitioned=_appending(shown)
+                )
+                assert result.status == "ok", result.error
+                found[name] = Edited(shown, list(lines), _marks(text))
+            yield found
     finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
         sys.path[:] = saved_path
         forget_project_modules(root)
 
@@ -180,15 +173,6 @@ def _appending(shown: list[MethodReport]) -> Callable[[str, MethodReport], None]
         shown.append(report)
 
     return partitioned
-
-
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
 
 
 def _refused(report: MethodReport) -> set[tuple[str, str | None, int | None, str | None]]:

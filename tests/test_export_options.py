@@ -24,7 +24,7 @@ from lowerd.project.config import ProjectConfig, load_config
 from lowerd.project.result import TargetResult
 from lowerd.project.wire import decode, encode
 
-from helpers import assert_config_error, line_marks
+from helpers import assert_config_error, line_marks, logged
 from known_stock import files_digest, known_or_live
 from stock import PROJECTS, call_entry, forget_project_modules, importable_copy, sha256
 
@@ -156,17 +156,6 @@ def _build(config: ProjectConfig, name: str, store: BlobStore | None = None) -> 
 EXPORT_LOG = "lowerd.lowering.export_call"
 
 
-class _Kept(logging.Handler):
-    """The messages of the records a logger handled, as caplog.records' getMessage() reads them."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 @pytest.fixture(scope="module")
 def export_log() -> dict[str, list[str]]:
     """What lowerd.lowering.export_call logged, at DEBUG, during each build `built` made."""
@@ -183,16 +172,9 @@ def built(
 
     def build(name: str) -> TargetResult:
         if name not in made:
-            logger, kept = logging.getLogger(EXPORT_LOG), _Kept()
-            level = logger.level
-            logger.addHandler(kept)
-            logger.setLevel(logging.DEBUG)
-            try:
+            with logged(EXPORT_LOG) as messages:
                 made[name] = _build(project, name)
-            finally:
-                logger.removeHandler(kept)
-                logger.setLevel(level)
-            export_log[name] = kept.messages
+            export_log[name] = messages
         return made[name]
 
     return build

@@ -17,7 +17,7 @@ from lowerd.lowering import edge_speedups, xnnpack_passes
 from lowerd.lowering.xnnpack_passes import XnnpackPassSkips
 
 from helpers import PROJECTS
-from known_stock import known_or_live, program_digest
+from known_stock import files_digest, known_or_live, program_digest
 from stock import call_entry, forget_project_modules, known_stock_digest
 
 
@@ -130,9 +130,8 @@ def _stock(name: str, make: Callable[[], tuple[nn.Module, tuple]]) -> str:
     if name not in _STOCK:
         model, args = make()
         program = torch.export.export(model, args)
-        _STOCK[name] = known_or_live(
-            f"xnnpack-passes-{name}", program_digest(program), lambda: _lowered(program)
-        )
+        made_of = program_digest(program) + files_digest(Path(__file__))  # _lowered is here
+        _STOCK[name] = known_or_live(f"xnnpack-passes-{name}", made_of, lambda: _lowered(program))
     return _STOCK[name]
 
 
