@@ -123,6 +123,10 @@ def test_a_llama_partitioned_with_the_shortcuts_is_stock_s_bytes(
     # of one structure with another's, answered without a run
     assert checks.answered >= 2 + 1
     assert emission.retraces_skipped == 1  # SpecPropPass's, after the dim order's plain retrace
+    # the dim order's retrace ran each delegate structure once and served the other calls
+    runs = emission.delegate_runs
+    assert runs.served > 0 and runs.run > 0
+    assert runs.served + runs.run == len(delegates)
     # ExecuTorch's functions are back once it is uninstalled.
     assert GroupBasedPartitioner._can_merge_partitions is executorch_s
 

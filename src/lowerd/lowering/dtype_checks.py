@@ -24,9 +24,9 @@ by a passing run (only a failure's message names them), so two layers' partition
 A symbolic size is spelled as its expression in the program's backed symbols (`s0`). With
 symbols the run consults the ShapeEnv, which it may change (a guard, a range refined, a fresh
 unbacked symbol) and later steps read: a key is remembered only when its run left the ShapeEnv
-as it found it (`_shape_env_state`). A ShapeEnv only gains facts (ranges narrow, replacements
-and guards are added), so what a run found statically known stays known, and a later run of the
-key changes nothing either: skipping it skips no change.
+as it found it (run_keys.py `shape_env_state`). A ShapeEnv only gains facts (ranges narrow,
+replacements and guards are added), so what a run found statically known stays known, and a
+later run of the key changes nothing either: skipping it skips no change.
 
 Graphs the argument does not cover run as in ExecuTorch: a size holding an unbacked symbol, a
 node binding unbacked symbols, a get_attr (a delegate's lowered module, a nested graph: the run
@@ -48,14 +48,7 @@ from typing import Any
 import torch
 
 from lowerd.lowering.edge_speedups import validated_versions
-
-# Constants up to this many elements are spelled in the key by their bytes (the scalars
-# export lifts are one element); a larger one leaves the graph to ExecuTorch's run.
-_CONSTANT_ELEMENTS = 64
-
-
-class _Unspelled(Exception):
-    """Something of the graph the key does not spell: the check runs as ExecuTorch's."""
+from lowerd.lowering.run_keys import Unspelled, literal, shape_env_state, small_constant
 
 
 @dataclass
@@ -81,9 +74,9 @@ class DtypeChecks:
                 self.answered += 1
                 return
             self.run += 1
-            before = _shape_env_state(key)
+            before = _state(key)
             executorch_s(graph_module)  # raises on a violation: nothing is remembered
-            if key is not None and _shape_env_state(key) == before:
+            if key is not None and _state(key) == before:
                 self.passed.add(key)
 
         # check_additional looks the function up in its module at each call.
@@ -98,37 +91,13 @@ class DtypeChecks:
         """What the check reads of the graph, or None where the argument does not cover it."""
         try:
             return _key(graph_module)
-        except _Unspelled:
+        except Unspelled:
             return None
 
 
-def _constant(tensor: torch.Tensor) -> tuple[Any, ...]:
-    """A fake value's constant (a lifted scalar's): the fake mode may run the real op on it,
-    so its bytes are part of what the run reads; only small ones are spelled."""
-    if tensor.numel() > _CONSTANT_ELEMENTS or tensor.is_quantized or tensor.layout != torch.strided:
-        raise _Unspelled("a large constant")
-    flat = tensor.detach().reshape(-1).contiguous()
-    return (tensor.dtype, tuple(tensor.shape), tuple(flat.view(torch.uint8).tolist()))
-
-
-def _shape_env_state(key: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
-    """What a later step can read of the ShapeEnv of the key's fake mode (its first element): its
-    symbols and their ranges (a fresh unbacked symbol adds one), replacements, guards, axioms,
-    deferred runtime assertions and symbol counters."""
-    shape_env = key[0].shape_env if key is not None else None
-    if shape_env is None:
-        return None
-    return (
-        sorted((str(s), str(r)) for s, r in shape_env.var_to_range.items()),
-        sorted((str(s), str(e)) for s, e in shape_env.replacements.items()),
-        len(shape_env.guards),
-        len(shape_env.axioms),
-        shape_env.num_deferred_runtime_asserts,
-        shape_env.unbacked_symint_counter,
-        shape_env.unbacked_symfloat_counter,
-        len(shape_env.pending_fresh_unbacked_symbols),
-        len(shape_env.divisible),
-    )
+def _state(key: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+    """shape_env_state of the ShapeEnv of the key's fake mode (its first element)."""
+    return shape_env_state(key[0].shape_env) if key is not None else None
 
 
 def _key(graph_module: torch.fx.GraphModule) -> tuple[Any, ...]:
@@ -139,16 +108,16 @@ def _key(graph_module: torch.fx.GraphModule) -> tuple[Any, ...]:
     placeholders = [n.meta.get("val") for n in nodes if n.op == "placeholder"]
     modes = {id(v.fake_mode): v.fake_mode for v in placeholders if isinstance(v, FakeTensor)}
     if len(modes) != 1:
-        raise _Unspelled("no single fake mode")
+        raise Unspelled("no single fake mode")
     [mode] = modes.values()
     index = {node: i for i, node in enumerate(nodes)}
 
     def value(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
             if not isinstance(v, FakeTensor) or v.fake_mode is not mode:
-                raise _Unspelled("a value outside the fake mode")
+                raise Unspelled("a value outside the fake mode")
             sizes = tuple(size(s) for s in (*v.shape, *v.stride(), v.storage_offset()))
-            kept = _constant(v.constant) if v.constant is not None else None
+            kept = small_constant(v.constant) if v.constant is not None else None
             return ("tensor", sizes, v.dim(), v.dtype, v.device, v.layout, v.requires_grad, kept)
         return argument(v)
 
@@ -156,9 +125,9 @@ def _key(graph_module: torch.fx.GraphModule) -> tuple[Any, ...]:
         if type(s) is int:
             return s
         if not isinstance(s, torch.SymInt) or s.node.shape_env is not mode.shape_env:
-            raise _Unspelled("a size of another kind")
+            raise Unspelled("a size of another kind")
         if free_unbacked_symbols(s):
-            raise _Unspelled("an unbacked size")
+            raise Unspelled("an unbacked size")
         return ("symbol", str(s.node.expr))
 
     def argument(a: Any) -> Any:
@@ -168,20 +137,14 @@ def _key(graph_module: torch.fx.GraphModule) -> tuple[Any, ...]:
             return (type(a).__name__, tuple(value(item) for item in a))
         if isinstance(a, dict):
             return ("dict", tuple((k, value(v)) for k, v in a.items()))
-        if a is None or type(a) in (bool, int, str):
-            return (type(a).__name__, a)
-        if type(a) is float:
-            return ("float", a.hex())
-        if isinstance(a, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
-            return (type(a).__name__, a)
-        raise _Unspelled(f"an argument of {type(a).__name__}")
+        return literal(a)
 
     spelled: list[Any] = [mode, torch.is_grad_enabled()]
     for node in nodes:
         if node.op == "get_attr":
-            raise _Unspelled("a get_attr")
+            raise Unspelled("a get_attr")
         if node.meta.get("unbacked_bindings"):
-            raise _Unspelled("unbacked symbols")
+            raise Unspelled("unbacked symbols")
         target = node.target if node.op == "call_function" else None
         val = value(node.meta["val"]) if "val" in node.meta else ("no val",)
         spelled.append((node.op, target, argument(node.args), argument(node.kwargs), val))

@@ -18,6 +18,9 @@ code, no later pass of to_executorch nor the emitter reads into the program). So
 is run without its retrace: the TensorSpecs are made, by ExecuTorch 1.5.1's own code below, from
 the same `val`s. tests/test_partition_speedups.py compares the bytes with stock's.
 
+Inside the retraces that do run, each delegate's fake run is served from an earlier run of the
+same program on the same metadata (lowering/delegate_runs.py says when, and why that is exact).
+
 The retrace is skipped only when all of these hold, and runs otherwise:
 - the graph module is the one `LegalizePortableDimOrderPass` just returned, with the same nodes
   (it inserted no copy: as many `_to_dim_order_copy` nodes out as in);
@@ -26,18 +29,24 @@ The retrace is skipped only when all of these hold, and runs otherwise:
 
 from __future__ import annotations
 
+import logging
 import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from lowerd.lowering.delegate_runs import DelegateRuns
 from lowerd.lowering.edge_speedups import validated_versions
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
 class EmitSpeedups:
     retraces_skipped: int = 0  # SpecPropPass retraces of a graph just retraced
+    # the delegates' fake runs inside the retraces, each structure run once (delegate_runs.py)
+    delegate_runs: DelegateRuns = field(default_factory=DelegateRuns)
 
     @contextmanager
     def installed(self) -> Iterator[EmitSpeedups]:
@@ -76,7 +85,15 @@ class EmitSpeedups:
         LegalizePortableDimOrderPass.__call__ = legalize
         SpecPropPass.__call__ = spec_prop
         try:
-            yield self
+            with self.delegate_runs.installed():
+                yield self
+            runs = self.delegate_runs
+            log.debug(
+                "emission: %d retraces skipped; delegate fake runs: %d served, %d run",
+                self.retraces_skipped,
+                runs.served,
+                runs.run,
+            )
         finally:
             if own_legalize is None:
                 del LegalizePortableDimOrderPass.__call__  # inherited from PassBase again
