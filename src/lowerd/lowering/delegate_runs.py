@@ -262,7 +262,7 @@ def _kept(out: Any, args: tuple[Any, ...]) -> tuple[list[Any], Any] | None:
     from torch.utils import _pytree as pytree
 
     leaves, spec = pytree.tree_flatten(out)
-    storages = {id(arg.untyped_storage()) for arg in args if isinstance(arg, FakeTensor)}
+    storages = {_storage(arg) for arg in args if isinstance(arg, FakeTensor)}
     modes = {arg.fake_mode for arg in args if isinstance(arg, FakeTensor)}
     for leaf in leaves:
         if not isinstance(leaf, FakeTensor) or leaf.fake_mode not in modes:
@@ -273,11 +273,17 @@ def _kept(out: Any, args: tuple[Any, ...]) -> tuple[list[Any], Any] | None:
             return None
         if leaf.is_conj() or leaf.is_neg():
             return None
-        storage = id(leaf.untyped_storage())
+        storage = _storage(leaf)
         if storage in storages:
             return None
         storages.add(storage)
     return leaves, spec
+
+
+def _storage(tensor: Any) -> int:
+    """The storage's own address (untyped_storage() makes a new wrapper at each call: the id of
+    one can be another's once it is freed)."""
+    return int(tensor.untyped_storage()._cdata)
 
 
 def _remade(kept: tuple[list[Any], Any]) -> Any:
