@@ -42,6 +42,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from lowerd.lowering.run_keys import Unspelled, literal, shape_env_state, small_constant
@@ -92,8 +93,6 @@ class DelegateRuns:
             module.call_delegate_cpu = real
 
     def _key(self, lowered_module: Any, args: tuple[Any, ...]) -> RunKey | None:
-        import torch
-
         entry = self._programs.get(id(lowered_module))
         if entry is None or entry[0] is not lowered_module:
             entry = (lowered_module, _program_key(lowered_module.original_module))
@@ -178,7 +177,6 @@ def _example_key(example_inputs: Any) -> Any:
 
 
 def _reads_values(target: Any) -> bool:
-    import torch
     from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
     aten = torch.ops.aten
@@ -202,8 +200,6 @@ def _target_key(target: Any) -> Any:
 
 
 def _arg_key(value: Any, places: dict[Any, int]) -> Any:
-    import torch
-
     if isinstance(value, torch.fx.Node):
         return ("node", places[value])
     if isinstance(value, (list, tuple)):
@@ -217,8 +213,6 @@ def _value_key(value: Any) -> Any:
     """A value as a run reads it: a tensor's metadata (sizes and strides as their expressions,
     a FakeTensor's mode and small constant), a symbolic number's expression, a plain value as
     it is."""
-    import torch
-
     if isinstance(value, torch.Tensor):
         constant = getattr(value, "constant", None)
         return (
@@ -239,8 +233,6 @@ def _value_key(value: Any) -> Any:
 
 
 def _number_key(value: Any) -> Any:
-    import torch
-
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("sym", type(value).__name__, str(value.node.expr), id(value.node.shape_env))
     return literal(value)
@@ -289,7 +281,6 @@ def _storage(tensor: Any) -> int:
 def _remade(kept: tuple[list[Any], Any]) -> Any:
     """New FakeTensors with the kept outputs' metadata, as torch's FakeTensor dispatch cache
     makes an output from its entry."""
-    import torch
     from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
     from torch.utils import _pytree as pytree
 
