@@ -216,7 +216,8 @@ def test_emission_shortcut_puts_executorch_back_even_nested(
 def test_dtype_checks_answer_a_graph_that_passed_and_run_every_other() -> None:
     """The edge dialect's dtype check is answered for a graph whose key passed before in the
     lowering; a graph changed since (one node's dtype: a violation) is checked, and raises,
-    every time; a dynamic size is spelled by its symbol, an unbacked one not (always checked)."""
+    every time; a dynamic size or symbolic value is spelled by its symbol, an unbacked one not
+    (always checked)."""
     import torch
     from executorch.exir import to_edge
     from executorch.exir.verification.verifier import SpecViolationError
@@ -254,6 +255,21 @@ def test_dtype_checks_answer_a_graph_that_passed_and_run_every_other() -> None:
         assert key is not None and "('symbol', 's" in str(key)
         answered = checks.answered
         dynamic._validate()
+        assert checks.answered == answered + 1
+
+        # So is a symbolic value: a sym_size node's (a dynamic Llama's whole graph holds them).
+        class Ranged(torch.nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return x + torch.arange(x.shape[0], dtype=x.dtype).unsqueeze(1)
+
+        exported = torch.export.export(Ranged(), (x,), dynamic_shapes=({0: dim},))
+        ranged = to_edge(exported).exported_program()
+        sizes = [n for n in ranged.graph.nodes if "sym_size" in str(n.target)]
+        assert sizes and isinstance(sizes[0].meta["val"], torch.SymInt)
+        key = DtypeChecks.key(ranged.graph_module)
+        assert key is not None and "('SymInt', ('symbol', 's" in str(key)
+        answered = checks.answered
+        ranged._validate()
         assert checks.answered == answered + 1
 
         # A value of a kind the key does not spell (a size's unbacked symbol): always run.

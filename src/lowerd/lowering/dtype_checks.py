@@ -21,7 +21,9 @@ in this lowering passes again, answered without the run. A failed check is not r
 runs, and raises, as ExecuTorch's). Node names, weights' values and stack traces are not read
 by a passing run (only a failure's message names them), so two layers' partitions share a key.
 
-A symbolic size is spelled as its expression in the program's backed symbols (`s0`). With
+A symbolic size is spelled as its expression in the program's backed symbols (`s0`), and so is
+a symbolic value (a `sym_size` node's, a symbolic input's: the run computes the former from the
+placeholders and takes the latter as its input; a dynamic program's whole graph holds them). With
 symbols the run consults the ShapeEnv, which it may change (a guard, a range refined, a fresh
 unbacked symbol) and later steps read: a key is remembered only when its run left the ShapeEnv
 as it found it (run_keys.py `shape_env_state`). A ShapeEnv only gains facts (ranges narrow,
@@ -95,6 +97,9 @@ class DtypeChecks:
             return None
 
 
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
 def _state(key: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
     """shape_env_state of the ShapeEnv of the key's fake mode (its first element)."""
     return shape_env_state(key[0].shape_env) if key is not None else None
@@ -113,6 +118,8 @@ def _key(graph_module: torch.fx.GraphModule) -> tuple[Any, ...]:
     index = {node: i for i, node in enumerate(nodes)}
 
     def value(v: Any) -> Any:
+        if isinstance(v, _SYMBOLIC):  # a sym_size node's or a symbolic input's value
+            return (type(v).__name__, size(v))
         if isinstance(v, torch.Tensor):
             if not isinstance(v, FakeTensor) or v.fake_mode is not mode:
                 raise Unspelled("a value outside the fake mode")
@@ -124,7 +131,7 @@ def _key(graph_module: torch.fx.GraphModule) -> tuple[Any, ...]:
     def size(s: Any) -> Any:
         if type(s) is int:
             return s
-        if not isinstance(s, torch.SymInt) or s.node.shape_env is not mode.shape_env:
+        if not isinstance(s, _SYMBOLIC) or s.node.shape_env is not mode.shape_env:
             raise Unspelled("a size of another kind")
         if free_unbacked_symbols(s):
             raise Unspelled("an unbacked size")
