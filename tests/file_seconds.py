@@ -1,9 +1,10 @@
 """Record how long each test file takes, for conftest.py's heaviest-first order.
 
-    .venv/bin/python -m pytest -q -n 2 --dist loadfile --durations=0 > LOG
+    .venv/bin/python -m pytest -q -n 2 --dist loadfile > LOG
     .venv/bin/python tests/file_seconds.py LOG
 
-reads pytest's `--durations=0` lines (setup, call and teardown of every test) and rewrites
+reads the duration lines pyproject's addopts (`--durations=0 --durations-min=1`) make pytest end
+with (the setup, call and teardown of a test, each over a second) and rewrites
 tests/file_seconds.json: seconds per file, rounded. Files the log does not name (skipped, or new)
 keep their entry. The numbers only order the files: a stale table costs time, never a result.
 """

@@ -286,3 +286,32 @@ def test_dtype_checks_answer_a_graph_that_passed_and_run_every_other() -> None:
         counted._validate()
         assert checks.run == ran + 1
     assert verifier._check_tensor_args_matching_op_allowed_dtype is executorch_s
+
+
+def test_legalize_s_namespace_is_the_one_torch_s_create_name_fills() -> None:
+    """The namespace legalize_in_place gives the graph equals a new Graph's after registering
+    the same names in the same order through torch's create_name (counts per base, used names,
+    names per node), and a name create_name would change (a duplicate, a builtin, a keyword, a
+    name outside its pattern) makes it hand the graph to torch."""
+    from torch.fx.graph import _Namespace
+
+    from lowerd.lowering.graph_legalize import _namespace_in
+
+    class Named:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    def torch_s(names: list[Named]) -> _Namespace:
+        namespace = _Namespace()
+        for node in names:
+            assert namespace.create_name(node.name, None) == node.name
+            namespace.associate_name_with_obj(node.name, node)
+        return namespace
+
+    order = [Named(n) for n in ("x", "add_3", "add", "getitem_12", "getitem", "add_1", "_0x")]
+    ours, theirs = _namespace_in(order), torch_s(order)
+    assert list(ours._base_count.items()) == list(theirs._base_count.items())
+    assert ours._used_names == theirs._used_names
+    assert list(ours._obj_to_name.items()) == list(theirs._obj_to_name.items())
+    for renamed in ("add_3", "input", "max", "lambda", "1st", "a-b"):
+        assert _namespace_in([*order, Named(renamed)]) is None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import functools
 import operator
 from typing import Any
 
@@ -122,15 +123,50 @@ _set = object.__setattr__
 
 def _namespace_in(order: list[Any]) -> Any:
     """A new Graph's namespace with the nodes' names registered in this order, as node_copy
-    registers them; None if one would come back renamed."""
+    registers them (create_name, then associate_name_with_obj); None if one would come back
+    renamed.
+
+    It is filled as create_name fills it for a name it gives back unchanged: the name added to
+    the used names, its base's count set to its number (a name without one: the count as it
+    was, 0 if none), in the same order. Whether a name comes back unchanged depends on the
+    namespace only through the used names (a name given out before is renamed); the rest (the
+    name pattern, keywords and builtins) is the name's own, read once per name by torch's
+    create_name on an empty namespace (`_registered_as`). One cut of a partition re-registers
+    every node of the graph, so this runs O(nodes x partitions) times."""
     from torch.fx.graph import _Namespace
 
-    namespace = _Namespace()
+    used: set[str] = set()
+    counts: dict[str, int] = {}
+    named: dict[Any, str] = {}
     for node in order:
-        if namespace.create_name(node.name, None) != node.name:
+        name = node.name
+        parts = _registered_as(name)
+        if parts is None or name in used:
             return None
-        namespace.associate_name_with_obj(node.name, node)
+        base, number = parts
+        counts[base] = counts.get(base, 0) if number is None else number
+        used.add(name)
+        named[node] = name
+    namespace = _Namespace()
+    namespace._used_names = used
+    namespace._base_count = counts
+    namespace._obj_to_name = named
     return namespace
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _registered_as(name: str) -> tuple[str, int | None] | None:
+    """The base and number torch's create_name files `name` under when it gives it back
+    unchanged to a namespace that has not given it out; None when it would rename it."""
+    from torch.fx.graph import _name_regex, _Namespace
+
+    if _Namespace().create_name(name, None) != name:
+        return None
+    match = _name_regex.match(name)
+    if match is None:
+        return None
+    base, number = match.group(1, 2)
+    return base, None if number is None else int(number)
 
 
 def _renew_graph_fields(graph: Any, order: list[Any], namespace: Any) -> None:
