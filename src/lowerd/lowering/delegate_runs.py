@@ -45,7 +45,13 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from lowerd.lowering.run_keys import Unspelled, literal, shape_env_state, small_constant
+from lowerd.lowering.run_keys import (
+    SYMBOLIC,
+    Unspelled,
+    literal,
+    shape_env_state,
+    small_constant,
+)
 
 # A hashable description of what one run reads; None where it cannot be described.
 RunKey = tuple[Any, ...]
@@ -227,13 +233,13 @@ def _value_key(value: Any) -> Any:
             id(getattr(value, "fake_mode", None)),  # a FakeTensor's mode, or a real tensor
             small_constant(constant) if constant is not None else None,
         )
-    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+    if isinstance(value, SYMBOLIC):
         return _number_key(value)
     return literal(value)
 
 
 def _number_key(value: Any) -> Any:
-    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+    if isinstance(value, SYMBOLIC):
         return ("sym", type(value).__name__, str(value.node.expr), id(value.node.shape_env))
     return literal(value)
 

@@ -50,7 +50,13 @@ from typing import Any
 import torch
 
 from lowerd.lowering.edge_speedups import validated_versions
-from lowerd.lowering.run_keys import Unspelled, literal, shape_env_state, small_constant
+from lowerd.lowering.run_keys import (
+    SYMBOLIC,
+    Unspelled,
+    literal,
+    shape_env_state,
+    small_constant,
+)
 
 
 @dataclass
@@ -97,9 +103,6 @@ class DtypeChecks:
             return None
 
 
-_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
-
-
 def _state(key: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
     """shape_env_state of the ShapeEnv of the key's fake mode (its first element)."""
     return shape_env_state(key[0].shape_env) if key is not None else None
@@ -118,7 +121,7 @@ def _key(graph_module: torch.fx.GraphModule) -> tuple[Any, ...]:
     index = {node: i for i, node in enumerate(nodes)}
 
     def value(v: Any) -> Any:
-        if isinstance(v, _SYMBOLIC):  # a sym_size node's or a symbolic input's value
+        if isinstance(v, SYMBOLIC):  # a sym_size node's or a symbolic input's value
             return (type(v).__name__, size(v))
         if isinstance(v, torch.Tensor):
             if not isinstance(v, FakeTensor) or v.fake_mode is not mode:
@@ -131,7 +134,7 @@ def _key(graph_module: torch.fx.GraphModule) -> tuple[Any, ...]:
     def size(s: Any) -> Any:
         if type(s) is int:
             return s
-        if not isinstance(s, _SYMBOLIC) or s.node.shape_env is not mode.shape_env:
+        if not isinstance(s, SYMBOLIC) or s.node.shape_env is not mode.shape_env:
             raise Unspelled("a size of another kind")
         if free_unbacked_symbols(s):
             raise Unspelled("an unbacked size")

@@ -13,6 +13,10 @@ import torch
 _CONSTANT_ELEMENTS = 64
 
 
+# The symbolic numbers a run reads as values or sizes: each spelled by its expression.
+SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
 class Unspelled(Exception):
     """Something a key does not spell: the run runs."""
 
