@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,19 @@ PER_LAYER_META = ("nn_module_stack", "stack_trace", "torch_fn", "source_fn_stack
 # The pass name a copied node's provenance carries (from_node): it descends from its own layer's
 # aten node, as the template's node descends from the template region's.
 PROVENANCE = "lowerd regional edge generation"
+
+
+class _NotOne:
+    """What a template's per-layer value maps to in a copy where there is not one value."""
+
+    def __init__(self, count: str) -> None:
+        self.count = count
+
+    def __str__(self) -> str:
+        return self.count
+
+
+AMBIGUOUS, MISSING = _NotOne("more than one"), _NotOne("no")
 
 
 class NotLocal(Exception):
@@ -75,8 +89,9 @@ class Copy:
     region: Region
     env: dict[torch.fx.Node, torch.fx.Node] = field(default_factory=dict)
     places: dict[str, int] = field(init=False)
-    # Per per-layer field: the template's value -> the values this region holds there.
-    values: dict[str, dict[Any, list[Any]]] = field(init=False)
+    # Per per-layer field: the template's value -> the value this region holds at every place
+    # the template holds it, or AMBIGUOUS where it holds more than one there.
+    values: dict[str, dict[Any, Any]] = field(init=False)
     # The template's edge symbols (its replays' unbacked ones) -> this copy's own, made fresh.
     symbols: dict[Any, Any] = field(default_factory=dict)
     # The template region's unbacked symbols (export's) -> this region's, at the same place.
@@ -87,9 +102,14 @@ class Copy:
         self.places = {node.name: i for i, node in enumerate(theirs)}
         self.values = {}
         for key in PER_LAYER_META:
-            found: dict[Any, list[Any]] = {}
+            found: dict[Any, Any] = {}
+            seen: dict[Any, Any] = {}  # the frozen value found, to compare the next one with
             for mine, their in zip(self.region.nodes, theirs, strict=True):
-                found.setdefault(_frozen(their.meta.get(key)), []).append(mine.meta.get(key))
+                at, value = _frozen(their.meta.get(key)), mine.meta.get(key)
+                if at not in found:
+                    found[at], seen[at] = value, _frozen(value)
+                elif found[at] is not AMBIGUOUS and seen[at] != _frozen(value):
+                    found[at] = AMBIGUOUS
             self.values[key] = found
         theirs_bound, mine_bound = (
             unbacked_symbols(self.template.region),
@@ -98,6 +118,15 @@ class Copy:
         if len(theirs_bound) != len(mine_bound):
             raise NotLocal(f"{self.region.key} binds other unbacked symbols than its template")
         self.exported = dict(zip(theirs_bound, mine_bound, strict=True))
+
+    def own_value(self, key: str, template_s: Any, name: str) -> Any:
+        """This region's value of the per-layer field `key` where the template's node `name`
+        holds `template_s`: the one value the region holds at every place the template holds
+        that; NotLocal where it holds none or more than one."""
+        own = self.values[key].get(_frozen(template_s), MISSING)
+        if isinstance(own, _NotOne):
+            raise NotLocal(f"{name}'s {key} maps to {own} values")
+        return own
 
     def own(self, node: torch.fx.Node) -> torch.fx.Node:
         """This region's aten node at the place of the template's aten node the edge node
@@ -122,6 +151,16 @@ def fresh_unbacked(shape_env: Any, value_range: Any, size_like: bool) -> Any:
     if size_like:
         shape_env.size_like.add(made)
     return made
+
+
+def _empty_like_in(mode: Any, value: torch.Tensor) -> Any:
+    """A FakeTensor of `mode` with value's shape, stride, dtype, device and requires_grad."""
+    from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
+
+    guards = mode.shape_env.suppress_guards if mode.shape_env is not None else nullcontext
+    with in_kernel_invocation_manager(mode), guards():
+        empty = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+    return FakeTensor(mode, empty, value.device).requires_grad_(value.requires_grad)
 
 
 def _frozen(value: Any) -> Any:
@@ -220,13 +259,13 @@ class Assembly:
 
     def fake(self, value: Any) -> Any:
         """The value remade in the assembly's one fake mode (ExportPass retraces refuse values
-        of several modes), with its shape, stride, dtype, device and requires_grad."""
+        of several modes), with its shape, stride, dtype, device and requires_grad: what
+        `torch.empty_strided(...)` inside the mode returns, made as the mode makes it on a hit
+        of its dispatch cache (FakeTensorMode._get_output_tensor_from_cache_entry: a meta
+        tensor of that metadata, guards suppressed, wrapped for the device), without the
+        dispatch and its cache key (7x the cost, a node at a time over the whole program)."""
         if isinstance(value, torch.Tensor):
-            with self.fake_mode:
-                made = torch.empty_strided(
-                    value.shape, value.stride(), dtype=value.dtype, device=value.device
-                )
-            return made.requires_grad_(value.requires_grad)
+            return _empty_like_in(self.fake_mode, value)
         if isinstance(value, (list, tuple)):
             return type(value)(self.fake(v) for v in value)
         return value
@@ -548,10 +587,7 @@ class Assembly:
         for key in PER_LAYER_META:
             if key not in meta:
                 continue
-            own = copy_.values[key].get(_frozen(meta[key]), [])
-            if len({_frozen(value) for value in own}) != 1:
-                raise NotLocal(f"{node.name}'s {key} maps to {len(own)} values")
-            meta[key] = own[0]
+            meta[key] = copy_.own_value(key, meta[key], node.name)
         return meta
 
     def lift(self, copy_: Copy, node: torch.fx.Node) -> torch.fx.Node:

@@ -210,7 +210,6 @@ def _check_copyable(template: Template, region: Region) -> None:
     whose edge nodes take values its inputs carry is stored `own` instead: read back for itself
     alone, its metadata kept while the region's are the same, each rooted node found in it."""
     from lowerd.lowering.region_assembly import Copy, NotLocal, region_root
-    from lowerd.lowering.region_assembly import _frozen as frozen
     from lowerd.lowering.region_cut import is_check
 
     copy_ = Copy(template, region)
@@ -229,9 +228,10 @@ def _check_copyable(template: Template, region: Region) -> None:
             continue
         for key in PER_LAYER_META:
             if key in node.meta:
-                own = copy_.values[key].get(frozen(node.meta[key]), [])
-                if len({frozen(value) for value in own}) != 1:
-                    raise Unstorable(f"{node.name}'s {key} is not its region's")
+                try:
+                    copy_.own_value(key, node.meta[key], node.name)
+                except NotLocal as error:
+                    raise Unstorable(f"{node.name}'s {key} is not its region's") from error
 
 
 # -- the key ---------------------------------------------------------------------------------
