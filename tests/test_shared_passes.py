@@ -178,3 +178,53 @@ def test_conv_blocks_of_one_structure_are_preprocessed_in_full(shared: _Shared) 
     assert conv_second == conv_third
     assert layers[0] == layers[1] == layers[2] != conv_second
     assert not any(r.shared for r in shared.cache.records[:3])
+
+
+def test_a_preprocess_is_given_a_copy_and_a_hit_copies_nothing(
+    stock: _Lowered, shared: _Shared
+) -> None:
+    """ExecuTorch deep-copies every partition's program before preprocess; lowerd copies only
+    a program preprocess runs on (preprocess_cache.py): the seven misses above copied seven, a
+    lowering served whole by the cache copies none, and what preprocess runs on is never the
+    partition's own program (the lowered module's)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir.lowered_backend_module import LoweredBackendModule
+
+    assert shared.cache.copies == 7
+    store = shared.cache.store
+    assert store is not None
+    again = PreprocessCache(store)
+    with again.installed():
+        lowered = _lower()
+    assert [r.outcome for r in again.records] == ["hit"] * 7
+    assert again.copies == 0
+    assert _digest(lowered.pte) == _digest(stock.pte)
+
+    given: list[Any] = []
+    raw = XnnpackBackend.__dict__["preprocess"]
+
+    def preprocess(program: Any, specs: list[Any]) -> Any:
+        given.append(program)
+        return raw.__func__(program, specs)
+
+    XnnpackBackend.preprocess = staticmethod(preprocess)
+    cold = PreprocessCache(None)  # the cache off: every partition preprocessed
+    try:
+        with cold.installed():
+            model, args = _model()
+            edge = to_edge_transform_and_lower(
+                torch.export.export(model, args), partitioner=[XnnpackPartitioner()]
+            )
+    finally:
+        XnnpackBackend.preprocess = raw
+    modules = [
+        m
+        for _, m in edge.exported_program().graph_module.named_children()
+        if isinstance(m, LoweredBackendModule)
+    ]
+    assert len(given) == len(modules) == cold.copies == 7
+    owned = {id(m.original_module) for m in modules}
+    assert not owned & {id(program) for program in given}
+    assert _digest(bytes(edge.to_executorch().buffer)) == _digest(stock.pte)

@@ -5,10 +5,23 @@ and calls the class attribute `preprocess` (or `preprocess_multimethod`, where a
 it). Subclassing a backend is refused, so lowerd wraps those attributes for the duration of a build
 and puts them back afterwards. The key is computed before the original runs, because preprocess
 mutates its copy of the program.
+
+That copy is made only for a program preprocess runs on. ExecuTorch deep-copies every partition's
+program before the backend's preprocess_multimethod ("in case backends change graph inside
+preprocess", `copy_exported_program_for_preprocess`, backend_api.py), and the copy is read by
+preprocess alone; on a hit it is read by nothing (the key is the same read of either: a deep copy
+has the same content). So while the wrappers are installed, each wrapped backend that inherits
+BackendDetails' copy hands over the program itself, remembered as uncopied, and a miss (or a run
+the cache cannot serve) deep-copies it right before preprocess runs, as the partition's only
+preprocess. Nothing writes the partitions' programs between the two moments (the other
+partitions' preprocess runs on copies of their own), so the copy preprocess gets is the one
+ExecuTorch would have made. An edit that hits every partition but one copies one program, not
+every one (each copy holds the partition's weights).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import time
 from collections.abc import Callable, Iterator
@@ -61,6 +74,9 @@ class PreprocessCache:
     # Repeated layers: misses that differ from an earlier one only in their weights.
     sharing: SharedPasses = field(default_factory=SharedPasses)
     _inside_multimethod: bool = False
+    copies: int = 0  # programs deep-copied for a preprocess that ran (ExecuTorch copies all)
+    # The programs handed over uncopied, by id (each kept alive, so no other object takes its id).
+    _uncopied: dict[int, Any] = field(default_factory=dict)
     _digests: dict[int, tuple[bytes, str]] = field(default_factory=dict)
     _by_digest: dict[str, PreprocessRecord] = field(default_factory=dict)
 
@@ -101,6 +117,7 @@ class PreprocessCache:
     def installed(self) -> Iterator[PreprocessCache]:
         """Wrap every registered backend's preprocess entry points; restore them on exit."""
         originals: list[tuple[type, str, Any]] = []
+        copies_deferred: list[type] = []
         try:
             for backend_cls in BackendDetails.__subclasses__():
                 for name in ("preprocess", "preprocess_multimethod"):
@@ -109,10 +126,30 @@ class PreprocessCache:
                         continue
                     originals.append((backend_cls, name, raw))
                     setattr(backend_cls, name, self._wrap(backend_cls, name, raw))
+                if _copies_as_executorch_does(backend_cls):
+                    copies_deferred.append(backend_cls)
+                    backend_cls.copy_exported_program_for_preprocess = classmethod(
+                        self._handed_over
+                    )
             yield self
         finally:
+            for backend_cls in copies_deferred:
+                del backend_cls.copy_exported_program_for_preprocess  # type: ignore[attr-defined]
             for backend_cls, name, raw in reversed(originals):
                 setattr(backend_cls, name, raw)
+            self._uncopied.clear()
+
+    def _handed_over(self, cls: type, program: Any, specs: list[Any]) -> Any:
+        """copy_exported_program_for_preprocess, the copy deferred to a preprocess that runs."""
+        self._uncopied[id(program)] = program
+        return program
+
+    def _isolated(self, programs: list[Any]) -> list[Any]:
+        """The programs as preprocess is given them: a program handed over uncopied, deep-copied
+        as BackendDetails.copy_exported_program_for_preprocess copies it."""
+        given = [copy.deepcopy(p) if self._uncopied.get(id(p)) is p else p for p in programs]
+        self.copies += sum(a is not b for a, b in zip(given, programs, strict=True))
+        return given
 
     def _wrap(self, backend_cls: type, name: str, raw: Any) -> Any:
         function = raw.__func__
@@ -123,7 +160,7 @@ class PreprocessCache:
                 cls: type, programs: ProgramsByMethod, specs: SpecsByMethod
             ) -> ResultsByMethod:
                 return self._multimethod(
-                    backend, lambda: function(cls, programs, specs), programs, specs
+                    backend, lambda given: function(cls, given, specs), programs, specs
                 )
 
             return classmethod(preprocess_multimethod)
@@ -133,27 +170,34 @@ class PreprocessCache:
             def preprocess_classmethod(
                 cls: type, program: Any, specs: list[Any]
             ) -> PreprocessResult:
-                return self._single(backend, lambda: function(cls, program, specs), program, specs)
+                return self._single(
+                    backend, lambda given: function(cls, given, specs), program, specs
+                )
 
             return classmethod(preprocess_classmethod)
 
         def preprocess_static(program: Any, specs: list[Any]) -> PreprocessResult:
-            return self._single(backend, lambda: function(program, specs), program, specs)
+            return self._single(backend, lambda given: function(given, specs), program, specs)
 
         return staticmethod(preprocess_static)
 
     def _single(
-        self, backend: str, run: Callable[[], PreprocessResult], program: Any, specs: list[Any]
+        self,
+        backend: str,
+        run: Callable[[Any], PreprocessResult],
+        program: Any,
+        specs: list[Any],
     ) -> PreprocessResult:
+        """One program's preprocess; `run` runs the backend's on the program it is given."""
         if self._inside_multimethod:  # the enclosing multimethod call is cached as a whole
-            return run()
-        [result] = self._cached(backend, lambda: [run()], [program], [specs])
+            return run(program)  # (given copies already)
+        [result] = self._cached(backend, lambda given: [run(given[0])], [program], [specs])
         return result
 
     def _multimethod(
         self,
         backend: str,
-        run: Callable[[], ResultsByMethod],
+        run: Callable[[ProgramsByMethod], ResultsByMethod],
         programs: ProgramsByMethod,
         specs: SpecsByMethod,
     ) -> ResultsByMethod:
@@ -161,10 +205,12 @@ class PreprocessCache:
         flat_programs = [p for m in methods for p in programs[m]]
         flat_specs = [s for m in methods for s in specs[m]]
 
-        def run_flat() -> list[PreprocessResult]:
+        def run_flat(given: list[Any]) -> list[PreprocessResult]:
+            remaining = iter(given)
+            by_method_given = {m: [next(remaining) for _ in programs[m]] for m in methods}
             self._inside_multimethod = True
             try:
-                by_method = run()
+                by_method = run(by_method_given)
             finally:
                 self._inside_multimethod = False
             return [r for m in methods for r in by_method[m]]
@@ -175,18 +221,24 @@ class PreprocessCache:
     def _cached(
         self,
         backend: str,
-        run: Callable[[], list[PreprocessResult]],
+        run: Callable[[list[Any]], list[PreprocessResult]],
         programs: list[Any],
         specs: list[Any],
     ) -> list[PreprocessResult]:
+        """The results of `run` (the backend's preprocess of the programs it is given), served
+        from the store where it has them; run on the programs as ExecuTorch gives them."""
         started = time.perf_counter(), time.process_time()
         store = self.store
+
+        def run_given() -> list[PreprocessResult]:
+            return run(self._isolated(programs))
+
         if store is None:
-            return self._record_run(backend, None, run, started, note="cache disabled")
+            return self._record_run(backend, None, run_given, started, note="cache disabled")
         try:
             key = key_details(backend, programs, specs, stable_naming=backend in REBASABLE_BACKENDS)
         except Unkeyable as why:
-            return self._record_run(backend, None, run, started, note=str(why))
+            return self._record_run(backend, None, run_given, started, note=str(why))
         digest = key.digest()
         summary = key.details.summary()
 
@@ -202,7 +254,8 @@ class PreprocessCache:
                 self._record(backend, digest, outcome, started, results, summary=summary)
                 return results
 
-        results, shared = self.sharing.preprocess(backend, key, programs, run)
+        given = self._isolated(programs)
+        results, shared = self.sharing.preprocess(backend, key, given, lambda: run(given))
         outcome, lost = self._stored(store, digest, results, key.handles)
         self._record(
             backend, digest, outcome, started, results, lost or note, summary, shared=shared
@@ -275,6 +328,18 @@ class PreprocessCache:
             self._by_digest.setdefault(digest, record)
         if self.on_preprocess:
             self.on_preprocess(record)
+
+
+def _copies_as_executorch_does(backend_cls: type) -> bool:
+    """Whether the backend's copy for preprocess is BackendDetails' deep copy (a backend may
+    copy otherwise: its own runs) and a preprocess of its own is wrapped (which gives the copy
+    to a preprocess that runs)."""
+    own = backend_cls.copy_exported_program_for_preprocess.__func__  # type: ignore[attr-defined]
+    base = BackendDetails.copy_exported_program_for_preprocess.__func__
+    wrapped = (
+        "preprocess" in backend_cls.__dict__ or "preprocess_multimethod" in backend_cls.__dict__
+    )
+    return own is base and wrapped
 
 
 def _blob_digest(processed_bytes: bytes) -> str:
