@@ -31,6 +31,7 @@ from lowerd.lowering.inputs import InputRecorder
 from lowerd.lowering.loading import export, load, module_trees, quantize
 from lowerd.lowering.lower import choose_route, lower
 from lowerd.lowering.outputs import keep, write
+from lowerd.lowering.provenance_speedups import provenance_shared
 from lowerd.lowering.recipe import with_recipe
 from lowerd.lowering.reuse import Reuse, decide_reuse, previous_build
 from lowerd.lowering.route import LoweringRoute
@@ -104,7 +105,8 @@ def build_target(
     """
     ctx = BuildContext.start(config, target, store, progress or _quiet, on_partitioned)
     ctx = replace(ctx, bench=bench, on_built=on_built)
-    outcome = _run(ctx, reuse)
+    with provenance_shared():  # exact: provenance_speedups.py
+        outcome = _run(ctx, reuse)
     # The remote tier's part in the build, once its uploads are done (the build record, saved
     # before, keeps the result without it: the part is this run's, not the .pte's).
     remote = store.finish_remote() if isinstance(store, TieredStore) else None
