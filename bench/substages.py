@@ -179,11 +179,15 @@ def lowerd_shortcuts(enabled: bool | None) -> Iterator[None]:
         from lowerd.lowering.emit_speedups import emit_speedups
     except ImportError:
         emit_speedups = nullcontext
+    try:  # lowerd's builds share provenance chains (provenance_speedups.py)
+        from lowerd.lowering.provenance_speedups import provenance_shared
+    except ImportError:
+        provenance_shared = nullcontext
     try:  # lowerd's partitioner route generates edge programs by layer (region_edge.py)
         from lowerd.lowering.region_edge import RegionalEdge
     except ImportError:
-        with edge_speedups(EdgeSpeedups(None)), emit_speedups():
+        with edge_speedups(EdgeSpeedups(None)), emit_speedups(), provenance_shared():
             yield
         return
-    with edge_speedups(EdgeSpeedups(None), RegionalEdge()), emit_speedups():
+    with edge_speedups(EdgeSpeedups(None), RegionalEdge()), emit_speedups(), provenance_shared():
         yield
