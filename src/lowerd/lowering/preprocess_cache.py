@@ -126,7 +126,9 @@ class PreprocessCache:
                         continue
                     originals.append((backend_cls, name, raw))
                     setattr(backend_cls, name, self._wrap(backend_cls, name, raw))
-                if _copies_as_executorch_does(backend_cls):
+                # only where a wrapper of ours runs preprocess, which makes the copy
+                wrapped = bool(originals) and originals[-1][0] is backend_cls
+                if wrapped and _copies_as_executorch_does(backend_cls):
                     copies_deferred.append(backend_cls)
                     backend_cls.copy_exported_program_for_preprocess = classmethod(
                         self._handed_over
@@ -332,14 +334,9 @@ class PreprocessCache:
 
 def _copies_as_executorch_does(backend_cls: type) -> bool:
     """Whether the backend's copy for preprocess is BackendDetails' deep copy (a backend may
-    copy otherwise: its own runs) and a preprocess of its own is wrapped (which gives the copy
-    to a preprocess that runs)."""
+    copy otherwise: its own runs)."""
     own = backend_cls.copy_exported_program_for_preprocess.__func__  # type: ignore[attr-defined]
-    base = BackendDetails.copy_exported_program_for_preprocess.__func__
-    wrapped = (
-        "preprocess" in backend_cls.__dict__ or "preprocess_multimethod" in backend_cls.__dict__
-    )
-    return own is base and wrapped
+    return own is BackendDetails.copy_exported_program_for_preprocess.__func__
 
 
 def _blob_digest(processed_bytes: bytes) -> str:
